@@ -1,0 +1,137 @@
+"""The functional swarm-env interface every bundled env implements.
+
+An env is an immutable :class:`equinox.Module` whose fields are its static configuration;
+all of its methods are pure, jit- and vmap-safe functions of explicit state. Arrays carry
+the agent axis first. This mirrors gymnax/JaxMARL so that rollouts can be `lax.scan`-ed
+over time and `vmap`-ed over env copies and over an ES population.
+
+Contract (what adapters, agents and trainers rely on):
+
+- ``reset(key) -> (obs, state)``
+- ``step(key, state, actions[N, *A]) -> (obs, state, EnvOut)``; the env never resets
+  itself: ``EnvOut.done`` turns true at ``state.t == max_steps`` and the rollout calls
+  :func:`auto_reset_step` (or resets explicitly).
+- ``obs`` is a dict pytree ``{"maps": [N, C, H, W] float32, "vec": [N, D] float32}``.
+- ``global_state(state) -> [G]`` float32, the centralized critic's input.
+- ``comm_graph(state) -> [N, N]`` float32 0/1 adjacency within the comm radius,
+  symmetric, zero diagonal.
+- ``skill_names`` — one name per dense reward channel of ``EnvOut.skill_rewards``.
+- ``render(state) -> uint8 [H, W, 3]`` on the host (numpy/Pillow), for one unbatched state.
+- ``observation_space`` / ``action_space`` — the per-agent Gymnasium spaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Obs = dict[str, jax.Array]
+
+
+class EnvOut(NamedTuple):
+    """What one ``step`` reports besides the next observation and state."""
+
+    reward: jax.Array  # [N] dense per-agent reward (MAPPO's default signal)
+    skill_rewards: jax.Array  # [N, K] one dense channel per entry of ``skill_names``
+    team_reward: jax.Array  # [] sparse mission signal; team fitness sums it over an episode
+    done: jax.Array  # [] bool, true on the last step of the fixed-length episode
+    metrics: dict[str, jax.Array]  # scalar diagnostics (e.g. coverage cost J(t)/J(0))
+
+
+class SwarmEnv(eqx.Module):
+    """Base class of the bundled functional swarm envs.
+
+    Subclasses declare their configuration as (static) fields and implement the abstract
+    methods below. ``num_agents``, ``max_steps`` and ``skill_names`` must be available as
+    plain Python values (static), since they fix array shapes.
+    """
+
+    num_agents: eqx.AbstractVar[int]
+    max_steps: eqx.AbstractVar[int]
+    skill_names: eqx.AbstractVar[tuple[str, ...]]
+
+    # --- pure, jittable core -------------------------------------------------------
+    def reset(self, key: jax.Array) -> tuple[Obs, Any]:
+        raise NotImplementedError
+
+    def step(self, key: jax.Array, state: Any, actions: jax.Array) -> tuple[Obs, Any, EnvOut]:
+        raise NotImplementedError
+
+    def observe(self, state: Any) -> Obs:
+        raise NotImplementedError
+
+    def global_state(self, state: Any) -> jax.Array:
+        raise NotImplementedError
+
+    def comm_graph(self, state: Any) -> jax.Array:
+        raise NotImplementedError
+
+    # --- host-side helpers ---------------------------------------------------------
+    def render(self, state: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def num_skills(self) -> int:
+        return len(self.skill_names)
+
+    @property
+    def observation_space(self) -> gym.spaces.Dict:
+        """Per-agent observation space, derived from one traced reset (no compute)."""
+        obs, _ = jax.eval_shape(self.reset, jax.random.key(0))
+        return gym.spaces.Dict(
+            {
+                name: gym.spaces.Box(-np.inf, np.inf, shape=leaf.shape[1:], dtype=np.float32)
+                for name, leaf in obs.items()
+            }
+        )
+
+    @property
+    def action_space(self) -> gym.spaces.Box:
+        """Per-agent action: a 2-D velocity command in [-1, 1]^2 (scaled by max speed)."""
+        return gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+    @property
+    def global_state_size(self) -> int:
+        _, state = jax.eval_shape(self.reset, jax.random.key(0))
+        return int(jax.eval_shape(self.global_state, state).shape[0])
+
+
+def auto_reset_step(
+    env: SwarmEnv, key: jax.Array, state: Any, actions: jax.Array
+) -> tuple[Obs, Any, EnvOut]:
+    """``env.step`` followed by a reset wherever the episode ended (gymnax convention).
+
+    The returned ``EnvOut`` is the one of the finished step (its rewards and ``done``);
+    the returned obs/state are the fresh episode's when ``done`` is true. Works under
+    ``vmap`` because both branches are computed and selected with ``jnp.where``.
+    """
+    key_step, key_reset = jax.random.split(key)
+    obs, next_state, out = env.step(key_step, state, actions)
+    obs_reset, state_reset = env.reset(key_reset)
+    pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(out.done, x, y), a, b)
+    return pick(obs_reset, obs), pick(state_reset, next_state), out
+
+
+def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    """Validate a constructor argument, naming it in the error (shared by the envs)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_positive_float(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """Validate a real-valued constructor argument, naming it in the error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {value}")
+    return value
