@@ -1,0 +1,262 @@
+"""PettingZoo ``ParallelEnv`` view of any functional :class:`~envs.base.SwarmEnv`.
+
+The adapter keeps the env state and a JAX PRNG key on the device and exposes the usual
+dict-per-agent, numpy-in/numpy-out API. Each ``step`` is one call of a jitted function
+(compiled once per env configuration and shared across instances) followed by one
+``jax.device_get`` of the whole output pytree, so the Python overhead per step is small.
+
+Key derivation (what makes it deterministic, and what tests reproduce with the core)::
+
+    key = jax.random.key(seed)                    # reset(seed=seed)
+    key, k = jax.random.split(key); obs, state = env.reset(k)
+    key, k = jax.random.split(key); obs, state, out = env.step(k, state, actions)  # each step
+
+``reset()`` without a seed continues the same key stream (a fresh random seed is drawn
+only if the adapter has never been seeded).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import jax
+import numpy as np
+from pettingzoo import ParallelEnv
+
+from envs.base import EnvOut, SwarmEnv
+
+AgentID = str
+
+
+class CoreFns(NamedTuple):
+    """Jitted functions over one env configuration (see :func:`core_fns`)."""
+
+    reset: Callable[[jax.Array], tuple[jax.Array, Any, Any]]
+    step: Callable[[jax.Array, Any, jax.Array], tuple[jax.Array, Any, Any, EnvOut]]
+    global_state: Callable[[Any], jax.Array]
+    comm_graph: Callable[[Any], jax.Array]
+
+
+def _build_core_fns(env: SwarmEnv) -> CoreFns:
+    def reset(key):
+        key, sub = jax.random.split(key)
+        obs, state = env.reset(sub)
+        return key, obs, state
+
+    def step(key, state, actions):
+        key, sub = jax.random.split(key)
+        obs, state, out = env.step(sub, state, actions)
+        return key, obs, state, out
+
+    return CoreFns(
+        reset=jax.jit(reset),
+        step=jax.jit(step),
+        global_state=jax.jit(env.global_state),
+        comm_graph=jax.jit(env.comm_graph),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_core_fns(env: SwarmEnv) -> CoreFns:
+    return _build_core_fns(env)
+
+
+def core_fns(env: SwarmEnv) -> CoreFns:
+    """Jitted ``reset``/``step`` (with the adapter's key derivation) for ``env``.
+
+    Cached per env configuration: equal, hashable envs (all-static fields) share one set
+    of compiled functions, so making many adapters does not recompile. Envs with array
+    fields are not hashable and get their own functions.
+    """
+    try:
+        return _cached_core_fns(env)
+    except TypeError:  # unhashable (array-valued fields)
+        return _build_core_fns(env)
+
+
+def key_from_seed(seed: int | None) -> jax.Array:
+    """The adapter's root key for ``reset(seed=seed)``; a fresh random one for ``None``."""
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1, np.uint32)[0])
+    return jax.random.key(seed)
+
+
+class SwarmParallelEnv(ParallelEnv):
+    """A functional swarm env as a PettingZoo ``ParallelEnv`` (numpy in/out).
+
+    Agents are ``agent_0 .. agent_{N-1}``; all of them act every step. Episodes have the
+    env's fixed length and end with ``truncations[agent] = True`` (a time limit, never a
+    termination); after that ``agents`` is empty until the next ``reset``.
+
+    ``infos[agent]`` after a step holds ``skill_rewards`` (``np.ndarray [K]``, one dense
+    channel per entry of ``skill_names``), ``team_reward`` (``float``, the sparse mission
+    signal, the same for every agent) and ``metrics`` (``dict[str, float]``).
+
+    Args:
+      env: the functional env (e.g. ``envs.coverage.Coverage(num_agents=8)``).
+      render_mode: ``None`` or ``"rgb_array"`` (``render()`` then returns ``uint8 [H, W, 3]``).
+    """
+
+    metadata = {  # noqa: RUF012 - PettingZoo convention: a class-level dict
+        "name": "feudal_es_swarm",
+        "render_modes": ["rgb_array"],
+        "render_fps": 10,
+        "is_parallelizable": True,
+    }
+
+    def __init__(self, env: SwarmEnv, render_mode: str | None = None):
+        if not isinstance(env, SwarmEnv):
+            raise TypeError(f"env must be a SwarmEnv, got {type(env).__name__}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        self.env = env
+        self.render_mode = render_mode
+        self.metadata = {**type(self).metadata, "name": type(env).__name__}
+        n = int(env.num_agents)
+        self.possible_agents: list[AgentID] = [f"agent_{i}" for i in range(n)]
+        self.agents: list[AgentID] = []
+        self.skill_names: tuple[str, ...] = tuple(env.skill_names)
+        obs_space = env.observation_space
+        act_space = env.action_space
+        # One space object per agent, reused on every call (PettingZoo's API test checks it).
+        self.observation_spaces = {a: _copy_space(obs_space) for a in self.possible_agents}
+        self.action_spaces = {a: _copy_space(act_space) for a in self.possible_agents}
+        self.state_space = gym.spaces.Box(
+            -np.inf, np.inf, shape=(env.global_state_size,), dtype=np.float32
+        )
+        self._act_shape = (n, *act_space.shape)
+        self._act_dtype = act_space.dtype
+        self._fns = core_fns(env)
+        self._key: jax.Array | None = None
+        self._state: Any = None
+        self.num_steps = 0
+
+    # --- spaces --------------------------------------------------------------------
+    def observation_space(self, agent: AgentID) -> gym.spaces.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: AgentID) -> gym.spaces.Space:
+        return self.action_spaces[agent]
+
+    # --- API -----------------------------------------------------------------------
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[AgentID, Any], dict[AgentID, dict]]:
+        """Start an episode; ``seed`` re-roots the key stream (see the module docstring)."""
+        if seed is not None or self._key is None:
+            self._key = key_from_seed(seed)
+        self._key, obs, self._state = self._fns.reset(self._key)
+        obs = jax.device_get(obs)
+        self.agents = list(self.possible_agents)
+        self.num_steps = 0
+        return self._split_obs(obs), {a: {} for a in self.agents}
+
+    def step(self, actions: Mapping[AgentID, Any] | np.ndarray) -> tuple[
+        dict[AgentID, Any],
+        dict[AgentID, float],
+        dict[AgentID, bool],
+        dict[AgentID, bool],
+        dict[AgentID, dict],
+    ]:
+        """Advance all agents by one step.
+
+        ``actions`` maps every live agent to its ``[2]`` velocity command; a stacked
+        ``np.ndarray [N, 2]`` (rows in ``possible_agents`` order) is accepted as a fast path.
+        """
+        if not self.agents:
+            raise RuntimeError("step() called with no live agents: call reset() first")
+        acts = self._stack_actions(actions)
+        self._key, obs, self._state, out = self._fns.step(self._key, self._state, acts)
+        obs, out = jax.device_get((obs, out))  # the one device -> host transfer
+        self.num_steps += 1
+
+        agents = self.agents
+        rewards = dict(zip(agents, out.reward.tolist(), strict=True))
+        team = float(out.team_reward)
+        metrics = {k: float(v) for k, v in out.metrics.items()}
+        skill = out.skill_rewards
+        infos = {
+            a: {"skill_rewards": skill[i], "team_reward": team, "metrics": dict(metrics)}
+            for i, a in enumerate(agents)
+        }
+        done = bool(out.done)
+        terminations = dict.fromkeys(agents, False)
+        truncations = dict.fromkeys(agents, done)
+        observations = self._split_obs(obs)
+        if done:
+            self.agents = []
+        return observations, rewards, terminations, truncations, infos
+
+    def state(self) -> np.ndarray:
+        """Global state ``[G]`` float32 (the centralized critic's input)."""
+        self._require_state("state")
+        return np.asarray(jax.device_get(self._fns.global_state(self._state)))
+
+    def comm_graph(self) -> np.ndarray:
+        """Comm adjacency ``[N, N]`` float32 (0/1, symmetric, zero diagonal) now."""
+        self._require_state("comm_graph")
+        return np.asarray(jax.device_get(self._fns.comm_graph(self._state)))
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode is None:
+            warnings.warn(
+                "render() called without a render_mode; pass render_mode='rgb_array'",
+                stacklevel=2,
+            )
+            return None
+        self._require_state("render")
+        return self.env.render(jax.device_get(self._state))
+
+    def close(self) -> None:
+        pass
+
+    # --- extras --------------------------------------------------------------------
+    @property
+    def core_state(self) -> Any:
+        """The functional env's current state pytree (on device)."""
+        return self._state
+
+    # --- helpers -------------------------------------------------------------------
+    def _split_obs(self, obs: dict[str, np.ndarray]) -> dict[AgentID, dict[str, np.ndarray]]:
+        # All agents live for the whole episode, so rows map 1:1 to possible_agents.
+        items = list(obs.items())
+        return {
+            a: {name: leaf[i] for name, leaf in items} for i, a in enumerate(self.possible_agents)
+        }
+
+    def _stack_actions(self, actions: Mapping[AgentID, Any] | np.ndarray) -> np.ndarray:
+        if isinstance(actions, np.ndarray):
+            if actions.shape != self._act_shape:
+                raise ValueError(
+                    f"stacked actions must have shape {self._act_shape}, got {actions.shape}"
+                )
+            return actions.astype(self._act_dtype, copy=False)
+        try:
+            rows = [actions[a] for a in self.possible_agents]
+        except KeyError:
+            missing = [a for a in self.possible_agents if a not in actions]
+            raise KeyError(f"no action given for live agent(s) {missing}") from None
+        acts = np.asarray(rows, dtype=self._act_dtype)
+        if acts.shape != self._act_shape:
+            raise ValueError(
+                f"each agent's action must have shape {self._act_shape[1:]}, "
+                f"got stacked shape {acts.shape}"
+            )
+        return acts
+
+    def _require_state(self, what: str) -> None:
+        if self._state is None:
+            raise RuntimeError(f"{what}() needs an episode: call reset() first")
+
+
+def _copy_space(space: gym.spaces.Space) -> gym.spaces.Space:
+    """A fresh, independently seedable copy of ``space``."""
+    return copy.deepcopy(space)
