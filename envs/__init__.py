@@ -1,0 +1,50 @@
+"""Bundled swarm environments and their PettingZoo / Gymnasium adapters.
+
+Importing ``envs`` registers the bundled envs with PettingZoo's registry
+(``feudal_es/Coverage-v0``, ``feudal_es/Discovery-v0``, ``feudal_es/Dispersion-v0``).
+The env classes themselves (``envs.Coverage`` ...) are imported on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from envs.base import EnvOut, SwarmEnv, auto_reset_step
+from envs.gym_wrappers import SelectorEnv, SwarmGymEnv, random_executor
+from envs.pettingzoo_env import SwarmParallelEnv
+from envs.registration import (
+    BUNDLED_ENVS,
+    env_id,
+    make_swarm_env,
+    register_bundled_envs,
+    register_swarm_env,
+)
+
+__all__ = [
+    "BUNDLED_ENVS",
+    "Coverage",
+    "Discovery",
+    "Dispersion",
+    "EnvOut",
+    "SelectorEnv",
+    "SwarmEnv",
+    "SwarmGymEnv",
+    "SwarmParallelEnv",
+    "auto_reset_step",
+    "env_id",
+    "make_swarm_env",
+    "random_executor",
+    "register_bundled_envs",
+    "register_swarm_env",
+]
+
+register_bundled_envs()
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy access to the bundled env classes (``envs.Coverage`` etc.)."""
+    if name in BUNDLED_ENVS:
+        module_name, _, attr = BUNDLED_ENVS[name].partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+    raise AttributeError(f"module 'envs' has no attribute {name!r}")
