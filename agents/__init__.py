@@ -1,0 +1,48 @@
+"""Equinox networks of the feudal actor and the centralized critic.
+
+- :class:`FeudalActor` — LPAC backbone, selector heads (ES), executor head (gradient).
+- :class:`CentralCritic` — MAPPO's centralized value function.
+- :func:`selector_filter` — the one definition of the selector's leaves; with
+  :func:`executor_filter`, :func:`selector_theta` and :func:`set_selector_theta`.
+
+``python -m agents.params`` prints parameter counts at default and LPAC-paper sizes.
+"""
+
+from agents.actor import Directive, FeudalActor
+from agents.backbone import GraphFilter, LPACBackbone, normalize_adjacency
+from agents.config import ActorConfig, CriticConfig
+from agents.critic import CentralCritic
+from agents.heads import (
+    ActOut,
+    CategoricalHead,
+    Executor,
+    GaussianHead,
+    GoalSelector,
+    Selector,
+    SkillSelector,
+)
+from agents.layers import count_params
+from agents.partition import executor_filter, selector_filter, selector_theta, set_selector_theta
+
+__all__ = [
+    "ActOut",
+    "ActorConfig",
+    "CategoricalHead",
+    "CentralCritic",
+    "CriticConfig",
+    "Directive",
+    "Executor",
+    "FeudalActor",
+    "GaussianHead",
+    "GoalSelector",
+    "GraphFilter",
+    "LPACBackbone",
+    "Selector",
+    "SkillSelector",
+    "count_params",
+    "executor_filter",
+    "normalize_adjacency",
+    "selector_filter",
+    "selector_theta",
+    "set_selector_theta",
+]

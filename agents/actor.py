@@ -1,0 +1,167 @@
+"""``FeudalActor``: LPAC backbone -> (selector: which skill / sub-goal) -> executor action.
+
+The rollout-facing API works on one env's swarm (obs leaves [N, ...], adjacency [N, N]);
+``jax.vmap`` it over envs, and over a population of selector thetas with
+:func:`agents.partition.set_selector_theta`. All methods are pure and jittable.
+
+The feudal time scale: the selector re-decides every ``selector_period`` steps (whenever
+``t % selector_period == 0``, so at ``t = 0`` of every episode) and the skill is held in
+between. The held skill is part of the rollout state: a ``[N]`` int32 array, or a
+:class:`Directive` (skill and sub-goal) when the actor has a ``GoalSelector``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+
+from agents.backbone import LPACBackbone
+from agents.config import ActorConfig
+from agents.heads import ActOut, Executor, GoalSelector, Selector, SkillSelector
+from agents.layers import KeyLike, as_rng
+
+
+class Directive(NamedTuple):
+    """The selector's held output when it also sets sub-goals."""
+
+    skill: jax.Array  # [N] int32
+    goal: jax.Array  # [N, G] float32 in (-1, 1)
+
+
+Held = jax.Array | Directive  # what the rollout carries between selector decisions
+
+
+class FeudalActor(eqx.Module):
+    """Backbone (executor side), selector (ES side) and executor head, composed."""
+
+    backbone: LPACBackbone
+    selector: Selector
+    executor: Executor
+    num_skills: int = eqx.field(static=True)
+    goal_dim: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        key: KeyLike,
+        obs_space: Any,
+        action_space: gym.Space,
+        num_skills: int,
+        config: ActorConfig | None = None,
+    ):
+        if isinstance(num_skills, bool) or not isinstance(num_skills, int) or num_skills < 1:
+            raise ValueError(f"num_skills must be an int >= 1, got {num_skills!r}")
+        config = ActorConfig() if config is None else config
+        if not isinstance(config, ActorConfig):
+            raise TypeError(f"config must be an ActorConfig, got {type(config).__name__}")
+        k_bb, k_skill, k_goal, k_exec = as_rng(key).spawn(4)
+        self.backbone = LPACBackbone(k_bb, obs_space, config)
+        e = config.embed_dim
+        goal = None
+        if config.goal_dim > 0:
+            goal = GoalSelector(k_goal, e, config.goal_dim, config.selector_hidden)
+        self.selector = Selector(
+            SkillSelector(k_skill, e, num_skills, config.selector_hidden), goal
+        )
+        self.executor = Executor(k_exec, e, num_skills, action_space, config)
+        self.num_skills = num_skills
+        self.goal_dim = config.goal_dim
+
+    @classmethod
+    def from_env(cls, key: KeyLike, env: Any, config: ActorConfig | None = None) -> Any:
+        """Build from an env's per-agent ``observation_space``, ``action_space`` and
+        ``skill_names``."""
+        return cls(key, env.observation_space, env.action_space, len(env.skill_names), config)
+
+    # ------------------------------------------------------------------ pieces
+    def embed(self, obs: Any, adj: jax.Array) -> jax.Array:
+        """Per-agent embedding h [N, E]."""
+        return self.backbone(obs, adj)
+
+    def skill_logits(self, obs: Any, adj: jax.Array) -> jax.Array:
+        """Selector logits [N, K]."""
+        return self.selector.skill(self.embed(obs, adj))
+
+    def initial_skill(self, num_agents: int) -> Held:
+        """A placeholder held skill (overwritten at ``t = 0``): zeros, or a zero
+        ``Directive`` when the actor has a ``GoalSelector``."""
+        skill = jnp.zeros((num_agents,), jnp.int32)
+        if self.goal_dim == 0:
+            return skill
+        return Directive(skill, jnp.zeros((num_agents, self.goal_dim), jnp.float32))
+
+    # ------------------------------------------------------------------ rollout API
+    def select_skills(
+        self, obs: Any, adj: jax.Array, prev_skill: Held, t: jax.Array, selector_period: int
+    ) -> Held:
+        """The skill to pursue now: argmax of the selector logits when ``t %
+        selector_period == 0``, else ``prev_skill``. Returns the type it was given."""
+        return self._select(self.embed(obs, adj), prev_skill, t, selector_period)
+
+    def act(
+        self,
+        key: jax.Array,
+        obs: Any,
+        adj: jax.Array,
+        skill: Held,
+        deterministic: bool = False,
+    ) -> ActOut:
+        """Sample (or, if ``deterministic``, take the mode of) the executor's action."""
+        return self._act(key, self.embed(obs, adj), skill, deterministic)
+
+    def step(
+        self,
+        key: jax.Array,
+        obs: Any,
+        adj: jax.Array,
+        prev_skill: Held,
+        t: jax.Array,
+        selector_period: int,
+        deterministic: bool = False,
+    ) -> tuple[Held, ActOut]:
+        """``select_skills`` then ``act`` on one shared embedding: ``(skill, ActOut)``."""
+        h = self.embed(obs, adj)
+        skill = self._select(h, prev_skill, t, selector_period)
+        return skill, self._act(key, h, skill, deterministic)
+
+    def evaluate(
+        self, obs: Any, adj: jax.Array, skill: Held, action: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        """``(log_prob [N], entropy [N])`` of a stored ``ActOut.action`` (PPO update)."""
+        skill_ids, goal = self._unpack(skill)
+        x = self.executor.inputs(self.embed(obs, adj), skill_ids, goal)
+        return self.executor.head.evaluate(x, action)
+
+    # ------------------------------------------------------------------ internals
+    def _unpack(self, held: Held) -> tuple[jax.Array, jax.Array]:
+        if isinstance(held, Directive):
+            return held.skill, held.goal
+        if self.goal_dim > 0:
+            raise TypeError(
+                f"this actor has a GoalSelector (goal_dim={self.goal_dim}): carry a Directive "
+                "(see FeudalActor.initial_skill), not a bare skill array"
+            )
+        held = jnp.asarray(held)
+        return held, jnp.zeros((*held.shape, 0), jnp.float32)
+
+    def _select(self, h: jax.Array, prev: Held, t: jax.Array, period: int) -> Held:
+        if isinstance(period, int) and period < 1:
+            raise ValueError(f"selector_period must be >= 1, got {period}")
+        prev_skill, prev_goal = self._unpack(prev)
+        decide = jnp.broadcast_to(jnp.asarray(t) % period == 0, prev_skill.shape)
+        new_skill = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
+        skill = jnp.where(decide, new_skill, prev_skill.astype(jnp.int32))
+        if not isinstance(prev, Directive):
+            return skill
+        goal = prev_goal
+        if self.selector.goal is not None:
+            goal = jnp.where(decide[:, None], self.selector.goal(h), prev_goal)
+        return Directive(skill, goal.astype(jnp.float32))
+
+    def _act(self, key: jax.Array, h: jax.Array, held: Held, deterministic: bool) -> ActOut:
+        skill, goal = self._unpack(held)
+        x = self.executor.inputs(h, skill, goal)
+        return self.executor.head.sample(key, x, deterministic)

@@ -1,0 +1,124 @@
+"""Frozen, validated configurations of the actor and the critic.
+
+Every field is documented where it is declared; ``__post_init__`` checks each one and
+raises a ``TypeError``/``ValueError`` that names the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+
+def _check_int(cls: str, name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{cls}.{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{cls}.{name} must be >= {minimum}, got {value}")
+
+
+def _check_ints(cls: str, name: str, value: Any, minimum: int, allow_empty: bool) -> None:
+    if not isinstance(value, tuple):
+        raise TypeError(f"{cls}.{name} must be a tuple of ints, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise ValueError(f"{cls}.{name} must not be empty")
+    for i, v in enumerate(value):
+        _check_int(cls, f"{name}[{i}]", v, minimum)
+
+
+def _check_float(cls: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{cls}.{name} must be a number, got {type(value).__name__} ({value!r})")
+    if not np.isfinite(value):
+        raise ValueError(f"{cls}.{name} must be finite, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+    """Sizes of the feudal actor (LPAC backbone, selector heads, executor head).
+
+    The defaults are the small sizes used for training on the bundled envs (8 agents,
+    16x16x3 maps); :meth:`lpac` gives the sizes of the LPAC paper.
+    """
+
+    # --- perception (per agent, before any communication) ---
+    cnn_channels: tuple[int, ...] = (32, 32, 32)  # conv output channels, one per layer
+    cnn_strides: tuple[int, ...] = (1, 2, 2)  # stride of each conv layer (same length)
+    cnn_kernel: int = 3  # square kernel size; padding keeps "same" size at stride 1
+    cnn_out: int = 32  # CNN feature size (linear layer after the flattened conv maps)
+    vec_hidden: tuple[int, ...] = (64,)  # hidden sizes of the MLP on vector observations
+    vec_out: int = 32  # vector-MLP feature size
+    # --- communication (K-hop graph filter over the comm graph) ---
+    gnn_hops: int = 3  # K: each layer mixes A^0 X ... A^K X
+    gnn_layers: int = 2  # number of stacked graph-filter layers
+    gnn_features: int = 128  # output features of every graph-filter layer
+    # --- embedding MLP -> per-agent h ---
+    embed_hidden: tuple[int, ...] = (128,)  # hidden sizes of the MLP after the graph filter
+    embed_dim: int = 64  # size of the per-agent embedding h read by every head
+    # --- selector (ES parameters; keep them small) ---
+    selector_hidden: tuple[int, ...] = ()  # () = linear selector h -> K logits
+    goal_dim: int = 0  # sub-goal size of the GoalSelector; 0 = no GoalSelector
+    # --- executor head (gradient parameters) ---
+    skill_embed_dim: int = 0  # 0 = condition on the skill one-hot; >0 = learned embedding
+    executor_hidden: tuple[int, ...] = (128, 128)  # hidden sizes of the executor MLP
+    log_std_init: float = -0.5  # initial state-independent log-std (canonical [-1,1] units)
+    squash: bool = False  # Box actions: False = clip a Gaussian sample, True = tanh-squash
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        _check_ints(c, "cnn_channels", self.cnn_channels, 1, allow_empty=False)
+        _check_ints(c, "cnn_strides", self.cnn_strides, 1, allow_empty=False)
+        if len(self.cnn_strides) != len(self.cnn_channels):
+            raise ValueError(
+                f"{c}.cnn_strides must have one entry per conv layer "
+                f"({len(self.cnn_channels)}), got {len(self.cnn_strides)}"
+            )
+        _check_int(c, "cnn_kernel", self.cnn_kernel, 1)
+        _check_int(c, "cnn_out", self.cnn_out, 1)
+        _check_ints(c, "vec_hidden", self.vec_hidden, 1, allow_empty=True)
+        _check_int(c, "vec_out", self.vec_out, 1)
+        _check_int(c, "gnn_hops", self.gnn_hops, 0)
+        _check_int(c, "gnn_layers", self.gnn_layers, 0)
+        _check_int(c, "gnn_features", self.gnn_features, 1)
+        _check_ints(c, "embed_hidden", self.embed_hidden, 1, allow_empty=True)
+        _check_int(c, "embed_dim", self.embed_dim, 1)
+        _check_ints(c, "selector_hidden", self.selector_hidden, 1, allow_empty=True)
+        _check_int(c, "goal_dim", self.goal_dim, 0)
+        _check_int(c, "skill_embed_dim", self.skill_embed_dim, 0)
+        _check_ints(c, "executor_hidden", self.executor_hidden, 1, allow_empty=True)
+        _check_float(c, "log_std_init", self.log_std_init)
+        if not isinstance(self.squash, bool):
+            raise TypeError(f"{c}.squash must be a bool, got {type(self.squash).__name__}")
+
+    @classmethod
+    def lpac(cls, **overrides: Any) -> ActorConfig:
+        """Sizes of the LPAC paper: 3 conv layers of 32 channels (kernel 3, no striding)
+        to a 32-d feature, 5 graph-filter layers of 256 features with K = 3 hops."""
+        sizes: dict[str, Any] = dict(
+            cnn_channels=(32, 32, 32),
+            cnn_strides=(1, 1, 1),
+            cnn_out=32,
+            gnn_hops=3,
+            gnn_layers=5,
+            gnn_features=256,
+            embed_hidden=(256,),
+            embed_dim=64,
+        )
+        sizes.update(overrides)
+        return cls(**sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CriticConfig:
+    """Sizes of the centralized critic MLP(global state, agent one-hot, skill one-hot)."""
+
+    hidden: tuple[int, ...] = (256, 256)  # hidden sizes of the value MLP
+    layer_norm: bool = True  # LayerNorm after each hidden linear layer (before the tanh)
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        _check_ints(c, "hidden", self.hidden, 1, allow_empty=False)
+        if not isinstance(self.layer_norm, bool):
+            raise TypeError(f"{c}.layer_norm must be a bool, got {type(self.layer_norm).__name__}")

@@ -1,0 +1,61 @@
+"""``CentralCritic``: the centralized value function of CTDE-MAPPO.
+
+One value per agent from an agent-specific global state (as the MAPPO paper recommends):
+``MLP([global_state, one_hot(agent id, N), one_hot(current skill, K)])``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from agents.config import CriticConfig
+from agents.layers import MLP, VALUE_GAIN, KeyLike
+
+
+class CentralCritic(eqx.Module):
+    """``critic(global_state [G], skill [N]) -> values [N]``."""
+
+    mlp: MLP
+    num_agents: int = eqx.field(static=True)
+    num_skills: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        key: KeyLike,
+        global_state_size: int,
+        num_agents: int,
+        num_skills: int,
+        config: CriticConfig | None = None,
+    ):
+        for name, v in (("global_state_size", global_state_size), ("num_agents", num_agents),
+                        ("num_skills", num_skills)):  # fmt: skip
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        config = CriticConfig() if config is None else config
+        if not isinstance(config, CriticConfig):
+            raise TypeError(f"config must be a CriticConfig, got {type(config).__name__}")
+        in_size = global_state_size + num_agents + num_skills
+        self.mlp = MLP(key, in_size, config.hidden, 1, out_gain=VALUE_GAIN,
+                       layer_norm=config.layer_norm)  # fmt: skip
+        self.num_agents = num_agents
+        self.num_skills = num_skills
+
+    @classmethod
+    def from_env(cls, key: KeyLike, env: Any, config: CriticConfig | None = None) -> Any:
+        """Build from an env's ``global_state_size``, ``num_agents`` and ``skill_names``."""
+        return cls(key, env.global_state_size, env.num_agents, len(env.skill_names), config)
+
+    def inputs(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
+        """The per-agent critic inputs [N, G + N + K]."""
+        n = self.num_agents
+        gs = jnp.broadcast_to(global_state.astype(jnp.float32), (n, global_state.shape[-1]))
+        ids = jnp.eye(n, dtype=jnp.float32)
+        sk = jax.nn.one_hot(skill, self.num_skills, dtype=jnp.float32)
+        return jnp.concatenate([gs, ids, sk], axis=-1)
+
+    def __call__(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
+        return jax.vmap(self.mlp)(self.inputs(global_state, skill))[:, 0]

@@ -1,0 +1,158 @@
+"""Small building blocks with PPO-style orthogonal initialisation.
+
+Orthogonal weights and zero biases, with the gains of common PPO practice: sqrt(2) on
+hidden layers, 0.01 on policy outputs, 1.0 on value outputs.
+
+Initialisation runs on the host in numpy, seeded from the JAX key: drawing parameters
+with ``jax.random`` compiles one small XLA program per distinct shape, which made building
+an actor take most of a minute on a small CPU. Modules are therefore built eagerly (not
+under ``jit``/``vmap``); their forward passes are pure JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HIDDEN_GAIN = math.sqrt(2.0)
+POLICY_GAIN = 0.01
+VALUE_GAIN = 1.0
+
+_ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "identity": lambda x: x}
+
+KeyLike = jax.Array | np.random.Generator
+
+
+def as_rng(key: KeyLike) -> np.random.Generator:
+    """A numpy generator seeded from a JAX PRNG key (typed or raw uint32), or ``key`` itself
+    if it is already a generator."""
+    if isinstance(key, np.random.Generator):
+        return key
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    return np.random.default_rng(np.asarray(key, dtype=np.uint32).ravel().tolist())
+
+
+def orthogonal(rng: np.random.Generator, rows: int, cols: int, gain: float) -> np.ndarray:
+    """A [rows, cols] float32 matrix with orthonormal rows or columns, times ``gain``."""
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    q = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+    if rows < cols:
+        q = q.T
+    return (gain * q).astype(np.float32)
+
+
+class Linear(eqx.Module):
+    """``y = W x + b`` on one sample; orthogonal ``W`` [out, in], zero ``b``."""
+
+    weight: jax.Array
+    bias: jax.Array
+
+    def __init__(self, key: KeyLike, in_size: int, out_size: int, gain: float):
+        self.weight = jnp.asarray(orthogonal(as_rng(key), out_size, in_size, gain))
+        self.bias = jnp.asarray(np.zeros((out_size,), np.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.weight @ x + self.bias
+
+
+class Conv2d(eqx.Module):
+    """2-D convolution of one channel-first image, padding ``kernel // 2``; orthogonal
+    kernel (as an [out, in * k * k] matrix), zero bias."""
+
+    weight: jax.Array  # [out, in, k, k]
+    bias: jax.Array  # [out]
+    stride: int = eqx.field(static=True)
+
+    def __init__(self, key: KeyLike, in_ch: int, out_ch: int, kernel: int, stride: int,
+                 gain: float):  # fmt: skip
+        w = orthogonal(as_rng(key), out_ch, in_ch * kernel * kernel, gain)
+        self.weight = jnp.asarray(w.reshape(out_ch, in_ch, kernel, kernel))
+        self.bias = jnp.asarray(np.zeros((out_ch,), np.float32))
+        self.stride = stride
+
+    @staticmethod
+    def out_size(size: int, kernel: int, stride: int) -> int:
+        pad = kernel // 2
+        return (size + 2 * pad - kernel) // stride + 1
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        pad = self.weight.shape[-1] // 2
+        y = jax.lax.conv_general_dilated(
+            x[None], self.weight, (self.stride, self.stride), [(pad, pad), (pad, pad)],
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        )  # fmt: skip
+        return y[0] + self.bias[:, None, None]
+
+
+class LayerNorm(eqx.Module):
+    """LayerNorm over the last axis with a learned scale and shift."""
+
+    scale: jax.Array
+    shift: jax.Array
+
+    def __init__(self, size: int):
+        self.scale = jnp.asarray(np.ones((size,), np.float32))
+        self.shift = jnp.asarray(np.zeros((size,), np.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * self.scale + self.shift
+
+
+class MLP(eqx.Module):
+    """Per-sample MLP: hidden layers (optionally LayerNorm-ed) with an activation, then a
+    linear output layer initialised with ``out_gain``. Apply to a batch with ``jax.vmap``."""
+
+    layers: tuple[Linear, ...]
+    norms: tuple[LayerNorm, ...] | None
+    activation: str = eqx.field(static=True)
+    final_activation: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        key: KeyLike,
+        in_size: int,
+        hidden: Sequence[int],
+        out_size: int,
+        *,
+        out_gain: float,
+        activation: str = "tanh",
+        final_activation: str = "identity",
+        layer_norm: bool = False,
+    ):
+        rng = as_rng(key)
+        sizes = [in_size, *hidden, out_size]
+        gains = [HIDDEN_GAIN] * len(hidden) + [out_gain]
+        self.layers = tuple(
+            Linear(rng, a, b, g) for a, b, g in zip(sizes, sizes[1:], gains, strict=False)
+        )
+        self.norms = tuple(LayerNorm(h) for h in hidden) if layer_norm else None
+        self.activation = activation
+        self.final_activation = final_activation
+
+    @property
+    def out_size(self) -> int:
+        return self.layers[-1].weight.shape[0]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = _ACTIVATIONS[self.activation]
+        for i, layer in enumerate(self.layers[:-1]):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = act(x)
+        return _ACTIVATIONS[self.final_activation](self.layers[-1](x))
+
+
+def count_params(tree: object) -> int:
+    """Number of scalars in the inexact-array (trainable) leaves of ``tree``."""
+    leaves = jax.tree.leaves(eqx.filter(tree, eqx.is_inexact_array))
+    return int(sum(leaf.size for leaf in leaves))
