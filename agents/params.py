@@ -2,12 +2,12 @@
 
 Usage: ``python -m agents.params``. Two settings:
 
-- default: ``ActorConfig()`` / ``CriticConfig()`` on the bundled envs' default observations
-  (8 agents, 3 x 16 x 16 local maps plus a small vector);
-- LPAC paper: ``ActorConfig.lpac()`` with 32 robots and 4 x 32 x 32 local maps.
+- default: ``ActorConfig()`` / ``CriticConfig()`` on the default bundled Coverage env
+  (8 agents, 3 x 16 x 16 local maps and a 2-d vector, 2 skills);
+- LPAC paper: ``ActorConfig.lpac()`` with 32 robots, 4 x 32 x 32 local maps and a 2-d
+  vector (2 skills); the critic's global-state length is Coverage's at 32 robots.
 
-The critic's size depends on the global-state length G of the env; a nominal G (stated in
-the output) is used where no env provides it.
+The envs are used only for their spaces and sizes (no env is stepped).
 """
 
 from __future__ import annotations
@@ -57,17 +57,28 @@ def counts(
 
 
 def main() -> None:
-    action = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    from envs.coverage import Coverage  # spaces and sizes only
+
+    env = Coverage()
+    lpac_g = Coverage(num_agents=32).global_state_size
     settings = [
-        ("default (8 agents, 3x16x16 maps + 4-d vec, K=3 skills)", 8, _space(3, 16, 4),
-         ActorConfig(), 4 * 8),
-        ("LPAC paper (32 robots, 4x32x32 maps + 2-d vec, K=3 skills)", 32, _space(4, 32, 2),
-         ActorConfig.lpac(), 4 * 32),
+        (
+            f"default: Coverage env ({env.num_agents} agents, maps "
+            f"{env.observation_space['maps'].shape}, vec {env.observation_space['vec'].shape}, "
+            f"K={env.num_skills} skills, critic G={env.global_state_size})",
+            env.num_agents, env.observation_space, env.action_space, env.num_skills,
+            env.global_state_size, ActorConfig(),
+        ),
+        (
+            f"LPAC paper sizes (32 robots, maps (4, 32, 32), vec (2,), K=2 skills, "
+            f"critic G={lpac_g})",
+            32, _space(4, 32, 2), env.action_space, 2, lpac_g, ActorConfig.lpac(),
+        ),
     ]  # fmt: skip
-    for title, n, obs_space, cfg, g in settings:
-        c = counts(n, obs_space, action, 3, g, cfg)
+    for title, n, obs_space, action_space, k, g, cfg in settings:
+        c = counts(n, obs_space, action_space, k, g, cfg)
         assert c.pop("_selector_check") == c["selector"]
-        print(f"{title}; critic global state G={g} (nominal)")
+        print(title)
         for name, v in c.items():
             print(f"  {name:<34s} {v:>10,d}")
         print(f"  {'selector share of actor':<34s} {100 * c['selector'] / c['actor']:>9.3f}%")
