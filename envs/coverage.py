@@ -1,0 +1,369 @@
+"""Coverage: LPAC-style coverage control as a pure-JAX functional env.
+
+Robots spread over a square world to minimise the Voronoi locational cost of an unknown
+importance density (Agarwal, Kumar et al., "LPAC: Learnable Perception-Action-Communication
+Loops with Applications to Coverage Control"). Each robot only knows the density it has
+sensed so far; it perceives a local window of maps centred on itself and talks to
+neighbours within a communication radius.
+
+Grid convention (shared with :func:`envs.render.draw_swarm`): the world ``[0, world_size]^2``
+is discretised into ``grid_size x grid_size`` cells indexed ``[iy, ix]`` (row 0 = bottom),
+with cell centres ``q = ((ix + 0.5) * cell, (iy + 0.5) * cell)``. Every quantity that
+integrates over the world (coverage cost, sensed mass) is a sum over these cells times
+``cell_area``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from envs.base import EnvOut, Obs, SwarmEnv, check_positive_float, check_positive_int
+from envs.render import draw_swarm
+
+_NEIGHBOUR_MODES = ("count", "xy")
+
+
+class CoverageState(NamedTuple):
+    """State of one Coverage episode (a pytree; batch it with ``vmap``)."""
+
+    pos: jax.Array  # [N, 2] float32 robot positions in world units
+    density: jax.Array  # [G, G] float32 true importance density phi, max-normalised to 1
+    sensed: jax.Array  # [N, G, G] float32 density each robot has seen (0 where unseen)
+    cell_cost: jax.Array  # [N] float32 each robot's own Voronoi-cell cost at ``pos``
+    cost0: jax.Array  # [] float32 coverage cost J at reset (normaliser of the metric)
+    t: jax.Array  # [] int32 steps taken in this episode
+
+
+class Coverage(SwarmEnv):
+    """LPAC-style coverage control with a sensed-density memory per robot.
+
+    **Density.** Each reset draws ``num_features`` isotropic Gaussian features (centres
+    uniform in the world, standard deviations uniform in ``feature_sigma``, weights uniform
+    in [0.5, 1]); their sum evaluated at cell centres, divided by its maximum, is
+    ``phi in [0, 1]``. Robots start uniformly at random in the world.
+
+    **Sensing.** Each robot has a square sensor window of half-side ``sensor_radius``: every
+    cell whose centre lies within it is copied into that robot's ``sensed`` map, at reset
+    and after every step (the map only accumulates; it never forgets).
+
+    **Observation** (per robot, agent axis first):
+
+    - ``"maps"`` ``[N, C, map_size, map_size]`` float32, a window of
+      ``map_size * map_pool`` grid cells centred on the robot's cell (rows = y, upwards),
+      average-pooled by ``map_pool`` (``map_pool=1``: one pixel per grid cell). Channels:
+
+      - ``neighbour_map="count"`` (C = 3): ``[sensed density, neighbour count, boundary]``;
+      - ``neighbour_map="xy"`` (C = 4, LPAC's layout): ``[sensed density, neighbour dx,
+        neighbour dy, boundary]`` where dx/dy put each neighbour's offset from the robot
+        divided by ``comm_radius`` at the neighbour's pixel.
+
+      Neighbours are the robots within ``comm_radius`` (those of :meth:`comm_graph`) whose
+      cell falls in the window. The boundary channel is the fraction of the pixel that lies
+      outside the world (1 outside, 0 inside). ``num_channels`` gives C.
+    - ``"vec"`` ``[N, 2]`` float32: position / world_size, in [0, 1]^2.
+
+    **Action.** ``[N, 2]`` velocity in [-1, 1]^2 (clipped), times ``max_speed`` world units
+    per step; positions are clipped to the world.
+
+    **Coverage cost.** ``J = sum_q phi(q) * min_i ||q - p_i||^2 * cell_area``;
+    ``metrics["coverage_cost"]`` is ``J(t) / J(0)``. Robot i's *cell cost* is the part of
+    that sum over the cells it is nearest to (ties go to the lower index).
+
+    **Rewards** (dense, per robot; ``skill_names = ("explore", "cover")``):
+
+    - ``explore``: density mass newly added to the robot's sensed map this step, as a
+      fraction of the total mass of phi (sums to at most 1 per robot per episode).
+    - ``cover``: decrease of the robot's own cell cost this step, ``N * (J_i(t-1) -
+      J_i(t)) / J(0)``; summed over robots and the episode it telescopes to ``N * (1 -
+      J(T)/J(0))``, so its per-robot average tracks the team's improvement.
+    - ``reward = explore + cover``.
+
+    **Team reward** (sparse, mission level): ``1 - J(T)/J(0)`` on the final step of the
+    episode, 0 on every other step.
+
+    ``done`` is true when ``t == max_steps``; the env never resets itself (use
+    :func:`envs.base.auto_reset_step`).
+    """
+
+    num_agents: int = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    skill_names: tuple[str, ...] = eqx.field(static=True)
+    grid_size: int = eqx.field(static=True)
+    map_size: int = eqx.field(static=True)
+    map_pool: int = eqx.field(static=True)
+    num_features: int = eqx.field(static=True)
+    world_size: float = eqx.field(static=True)
+    max_speed: float = eqx.field(static=True)
+    comm_radius: float = eqx.field(static=True)
+    sensor_radius: float = eqx.field(static=True)
+    feature_sigma: tuple[float, float] = eqx.field(static=True)
+    neighbour_map: str = eqx.field(static=True)
+    global_map_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        num_agents: int = 8,
+        *,
+        grid_size: int = 32,
+        map_size: int = 16,
+        map_pool: int = 1,
+        num_features: int = 8,
+        max_steps: int = 100,
+        world_size: float = 1.0,
+        max_speed: float = 0.02,
+        comm_radius: float = 0.25,
+        sensor_radius: float = 0.125,
+        feature_sigma: tuple[float, float] = (0.04, 0.1),
+        neighbour_map: str = "count",
+        global_map_size: int = 8,
+    ):
+        """Validate and store the configuration (all lengths in world units).
+
+        Args:
+          num_agents: robots N.
+          grid_size: G, cells per side of the density / cost grid.
+          map_size: side of each robot's local observation window, in pixels.
+          map_pool: grid cells per observation pixel (the window spans
+            ``map_size * map_pool`` cells), for large grids at LPAC's 32 x 32 map size.
+          num_features: Gaussian features in the density.
+          max_steps: fixed episode length.
+          world_size: side of the square world.
+          max_speed: distance moved per step at full action.
+          comm_radius: robots closer than this (inclusive) communicate.
+          sensor_radius: half-side of each robot's square sensor window.
+          feature_sigma: (low, high) range of the features' standard deviations.
+          neighbour_map: ``"count"`` (3 channels) or ``"xy"`` (4 channels, LPAC-style).
+          global_map_size: side of the coarse density maps in :meth:`global_state`.
+        """
+        self.num_agents = check_positive_int("num_agents", num_agents)
+        self.grid_size = check_positive_int("grid_size", grid_size, minimum=2)
+        self.map_size = check_positive_int("map_size", map_size)
+        self.map_pool = check_positive_int("map_pool", map_pool)
+        self.num_features = check_positive_int("num_features", num_features)
+        self.max_steps = check_positive_int("max_steps", max_steps)
+        self.global_map_size = check_positive_int("global_map_size", global_map_size)
+        self.world_size = check_positive_float("world_size", world_size)
+        self.max_speed = check_positive_float("max_speed", max_speed)
+        self.comm_radius = check_positive_float("comm_radius", comm_radius)
+        self.sensor_radius = check_positive_float("sensor_radius", sensor_radius)
+        if not isinstance(feature_sigma, (tuple, list)) or len(feature_sigma) != 2:
+            raise TypeError(f"feature_sigma must be a (low, high) pair, got {feature_sigma!r}")
+        lo = check_positive_float("feature_sigma[0]", feature_sigma[0])
+        hi = check_positive_float("feature_sigma[1]", feature_sigma[1])
+        if hi < lo:
+            raise ValueError(f"feature_sigma must have low <= high, got {feature_sigma!r}")
+        self.feature_sigma = (lo, hi)
+        if not isinstance(neighbour_map, str):
+            raise TypeError(f"neighbour_map must be a str, got {type(neighbour_map).__name__}")
+        if neighbour_map not in _NEIGHBOUR_MODES:
+            raise ValueError(f"neighbour_map must be one of {_NEIGHBOUR_MODES}, "
+                             f"got {neighbour_map!r}")
+        self.neighbour_map = neighbour_map
+        self.skill_names = ("explore", "cover")
+
+    # --- geometry helpers ------------------------------------------------------------
+    @property
+    def cell(self) -> float:
+        """Side of one grid cell, in world units."""
+        return self.world_size / self.grid_size
+
+    @property
+    def cell_area(self) -> float:
+        return self.cell**2
+
+    @property
+    def num_channels(self) -> int:
+        """Channels C of ``obs["maps"]``: 3 (``"count"``) or 4 (``"xy"``)."""
+        return 3 if self.neighbour_map == "count" else 4
+
+    def cell_centres(self) -> jax.Array:
+        """``[G]`` coordinate of the cell centres along either axis."""
+        return (jnp.arange(self.grid_size, dtype=jnp.float32) + 0.5) * self.cell
+
+    def cell_index(self, pos: jax.Array) -> jax.Array:
+        """``[..., 2]`` integer (ix, iy) of the cell containing each position."""
+        idx = jnp.floor(pos / self.cell).astype(jnp.int32)
+        return jnp.clip(idx, 0, self.grid_size - 1)
+
+    def sq_dists(self, pos: jax.Array) -> jax.Array:
+        """``[N, G, G]`` squared distance from each robot to each cell centre."""
+        c = self.cell_centres()
+        dx = (c[None, :] - pos[:, 0:1]) ** 2  # [N, G] over ix
+        dy = (c[None, :] - pos[:, 1:2]) ** 2  # [N, G] over iy
+        return dy[:, :, None] + dx[:, None, :]
+
+    def cell_costs(self, density: jax.Array, pos: jax.Array) -> jax.Array:
+        """``[N]`` each robot's share of the Voronoi locational cost (sums to J)."""
+        d2 = self.sq_dists(pos)
+        owner = jnp.argmin(d2, axis=0)  # [G, G]
+        mine = owner[None] == jnp.arange(self.num_agents)[:, None, None]
+        return jnp.sum(jnp.where(mine, density * d2, 0.0), axis=(1, 2)) * self.cell_area
+
+    def coverage_cost(self, state: CoverageState) -> jax.Array:
+        """``[]`` Voronoi locational cost J of the current positions under the true phi."""
+        return jnp.sum(self.cell_costs(state.density, state.pos))
+
+    def sensor_mask(self, pos: jax.Array) -> jax.Array:
+        """``[N, G, G]`` bool: cells whose centre lies in each robot's sensor window."""
+        c = self.cell_centres()
+        inx = jnp.abs(c[None, :] - pos[:, 0:1]) <= self.sensor_radius  # [N, G]
+        iny = jnp.abs(c[None, :] - pos[:, 1:2]) <= self.sensor_radius
+        return iny[:, :, None] & inx[:, None, :]
+
+    def sample_density(self, key: jax.Array) -> jax.Array:
+        """``[G, G]`` random Gaussian-mixture importance density, max-normalised to 1."""
+        return self._density(jax.random.uniform(key, (self.num_features, 4)))
+
+    def _density(self, u: jax.Array) -> jax.Array:
+        """Density from ``u [F, 4]`` uniforms in [0, 1): centre x, centre y, sigma, weight."""
+        lo, hi = self.feature_sigma
+        centres = u[:, :2] * self.world_size
+        sigma = lo + (hi - lo) * u[:, 2]
+        weight = 0.5 + 0.5 * u[:, 3]
+        c = self.cell_centres()
+        inv = 1.0 / (2.0 * sigma[:, None] ** 2)
+        ex = jnp.exp(-((c[None, :] - centres[:, 0:1]) ** 2) * inv)  # [F, G] over ix
+        ey = jnp.exp(-((c[None, :] - centres[:, 1:2]) ** 2) * inv)  # [F, G] over iy
+        phi = jnp.einsum("f,fy,fx->yx", weight, ey, ex)
+        return phi / jnp.max(phi)
+
+    # --- functional core -------------------------------------------------------------
+    def reset(self, key: jax.Array) -> tuple[Obs, CoverageState]:
+        """Draw a density and robot positions; robots sense their windows at once."""
+        # One draw for everything: fewer PRNG ops keeps the compiled reset small.
+        f, n = self.num_features, self.num_agents
+        u = jax.random.uniform(key, (4 * f + 2 * n,))
+        density = self._density(u[: 4 * f].reshape(f, 4))
+        pos = u[4 * f :].reshape(n, 2) * self.world_size
+        sensed = jnp.where(self.sensor_mask(pos), density[None], 0.0)
+        cell_cost = self.cell_costs(density, pos)
+        state = CoverageState(pos=pos, density=density, sensed=sensed, cell_cost=cell_cost,
+                              cost0=jnp.sum(cell_cost), t=jnp.zeros((), jnp.int32))
+        return self.observe(state), state
+
+    def step(
+        self, key: jax.Array, state: CoverageState, actions: jax.Array
+    ) -> tuple[Obs, CoverageState, EnvOut]:
+        """Move, sense, and score one step (``key`` is unused: dynamics are deterministic)."""
+        del key
+        vel = jnp.clip(actions.astype(jnp.float32), -1.0, 1.0) * self.max_speed
+        pos = jnp.clip(state.pos + vel, 0.0, self.world_size)
+        sensed = jnp.where(self.sensor_mask(pos), state.density[None], state.sensed)
+        cell_cost = self.cell_costs(state.density, pos)
+        t = state.t + 1
+        next_state = CoverageState(pos=pos, density=state.density, sensed=sensed,
+                                   cell_cost=cell_cost, cost0=state.cost0, t=t)
+
+        total_mass = jnp.sum(state.density)
+        explore = jnp.sum(sensed - state.sensed, axis=(1, 2)) / total_mass
+        cost0 = jnp.maximum(state.cost0, 1e-12)
+        cover = self.num_agents * (state.cell_cost - cell_cost) / cost0
+        skill_rewards = jnp.stack([explore, cover], axis=-1)
+        ratio = jnp.sum(cell_cost) / cost0
+        done = t >= self.max_steps
+        out = EnvOut(
+            reward=explore + cover,
+            skill_rewards=skill_rewards,
+            team_reward=jnp.where(done, 1.0 - ratio, 0.0),
+            done=done,
+            metrics={
+                "coverage_cost": ratio,
+                "sensed_fraction": jnp.sum(jnp.max(sensed, axis=0)) / total_mass,
+            },
+        )
+        return self.observe(next_state), next_state, out
+
+    def observe(self, state: CoverageState) -> Obs:
+        """Local map windows and normalized positions (see the class docstring)."""
+        n, m, p = self.num_agents, self.map_size, self.map_pool
+        span = m * p  # window side in grid cells
+        half = span // 2
+        idx = self.cell_index(state.pos)  # [N, 2] (ix, iy)
+
+        # Sensed density: slice each robot's own zero-padded map around its cell.
+        padded = jnp.pad(state.sensed, ((0, 0), (half, half), (half, half)))
+        window = jax.vmap(lambda s, ix, iy: lax.dynamic_slice(s, (iy, ix), (span, span)))(
+            padded, idx[:, 0], idx[:, 1])
+
+        # Boundary: window cells outside [0, G) along either axis.
+        offs = jnp.arange(span) - half
+        out_x = (idx[:, 0:1] + offs < 0) | (idx[:, 0:1] + offs >= self.grid_size)  # [N, S]
+        out_y = (idx[:, 1:2] + offs < 0) | (idx[:, 1:2] + offs >= self.grid_size)
+        boundary = (out_y[:, :, None] | out_x[:, None, :]).astype(jnp.float32)
+
+        density_px = _pool(window, p, jnp.mean)
+        boundary_px = _pool(boundary, p, jnp.mean)
+        neighbours = self._neighbour_maps(state.pos, idx)  # [N, K, m, m]
+        maps = jnp.concatenate(
+            [density_px[:, None], neighbours, boundary_px[:, None]], axis=1
+        ).astype(jnp.float32)
+        vec = (state.pos / self.world_size).astype(jnp.float32)
+        assert maps.shape == (n, self.num_channels, m, m)
+        return {"maps": maps, "vec": vec}
+
+    def _neighbour_maps(self, pos: jax.Array, idx: jax.Array) -> jax.Array:
+        """``[N, K, m, m]`` neighbours within comm radius drawn in each robot's window.
+
+        Built as a batched outer product of one-hot row/column indicators, weighted by the
+        adjacency (and by the neighbour's offset in ``"xy"`` mode); no loop over agents.
+        """
+        m, p = self.map_size, self.map_pool
+        half = (m * p) // 2
+        rel = idx[None, :, :] - idx[:, None, :] + half  # [N, N, 2] cell offset in window
+        inside = jnp.all((rel >= 0) & (rel < m * p), axis=-1)
+        px = rel // p  # pixel index of neighbour j in robot i's window
+        onehot_x = jax.nn.one_hot(px[..., 0], m, dtype=jnp.float32)  # [N, N, m]
+        onehot_y = jax.nn.one_hot(px[..., 1], m, dtype=jnp.float32)
+        adj = self.comm_graph_from(pos) * inside
+        if self.neighbour_map == "count":
+            weights = adj[:, None]  # [N, 1, N]
+        else:
+            offset = (pos[None, :, :] - pos[:, None, :]) / self.comm_radius  # [N, N, 2]
+            weights = jnp.moveaxis(adj[..., None] * offset, -1, 1)  # [N, 2, N]
+        return jnp.einsum("ikj,ijh,ijw->ikhw", weights, onehot_y, onehot_x)
+
+    def comm_graph_from(self, pos: jax.Array) -> jax.Array:
+        """``[N, N]`` float32 0/1: distance <= comm_radius, zero diagonal."""
+        d2 = jnp.sum((pos[:, None, :] - pos[None, :, :]) ** 2, axis=-1)
+        adj = (d2 <= self.comm_radius**2) & ~jnp.eye(self.num_agents, dtype=bool)
+        return adj.astype(jnp.float32)
+
+    def comm_graph(self, state: CoverageState) -> jax.Array:
+        return self.comm_graph_from(state.pos)
+
+    def global_state(self, state: CoverageState) -> jax.Array:
+        """Critic input: positions / world_size ``[2N]``, coarse true density and coarse
+        team-sensed density ``[g*g]`` each (``g = global_map_size``), and ``t / max_steps``.
+        """
+        g = self.global_map_size
+        coarse = lambda x: jax.image.resize(x, (g, g), method="linear", antialias=True)
+        team_sensed = jnp.max(state.sensed, axis=0)
+        return jnp.concatenate([
+            (state.pos / self.world_size).reshape(-1),
+            coarse(state.density).reshape(-1),
+            coarse(team_sensed).reshape(-1),
+            (state.t / self.max_steps)[None],
+        ]).astype(jnp.float32)
+
+    # --- host side --------------------------------------------------------------------
+    def render(self, state: CoverageState) -> np.ndarray:
+        """RGB frame: density heat map, comm links, robots (numpy only: no JAX dispatch)."""
+        pos = np.asarray(state.pos, dtype=np.float64)
+        d2 = np.sum((pos[:, None] - pos[None]) ** 2, axis=-1)
+        adjacency = (d2 <= self.comm_radius**2) & ~np.eye(len(pos), dtype=bool)
+        return draw_swarm(self.world_size, pos, adjacency=adjacency,
+                          background=np.asarray(state.density))
+
+
+def _pool(x: jax.Array, p: int, reduce) -> jax.Array:
+    """Reduce ``[N, S, S]`` over non-overlapping ``p x p`` blocks -> ``[N, S/p, S/p]``."""
+    if p == 1:
+        return x
+    n, s, _ = x.shape
+    return reduce(x.reshape(n, s // p, p, s // p, p), axis=(2, 4))

@@ -1,0 +1,397 @@
+"""Oracles for the Coverage env and its Lloyd reference policies.
+
+Every quantity the env computes on a grid is re-derived here by plain numpy loops from
+its definition (cell centres, windows, distances), so the tests check semantics, not the
+vectorisation. Compiled functions are shared through module-level fixtures to keep the
+file cheap (a handful of jit compilations in total).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs.base import EnvOut
+from envs.coverage import Coverage, CoverageState
+from envs.policies import (
+    lloyd_clairvoyant,
+    lloyd_decentralized,
+    random_policy,
+    rollout,
+    rollout_metric,
+)
+
+# Small, deliberately odd sizes (odd window, non-square-friendly grid) for the oracles.
+SMALL = dict(num_agents=5, grid_size=12, map_size=7, max_steps=3, comm_radius=0.4,
+             sensor_radius=0.2, max_speed=0.1)
+BATCH = 64
+
+
+# --- numpy oracles -----------------------------------------------------------------
+
+
+def np_centres(env: Coverage) -> np.ndarray:
+    return (np.arange(env.grid_size) + 0.5) * env.world_size / env.grid_size
+
+
+def np_cost(env: Coverage, density: np.ndarray, pos: np.ndarray) -> tuple[float, np.ndarray]:
+    """Brute-force Voronoi locational cost: loop over cells and robots."""
+    c = np_centres(env)
+    area = (env.world_size / env.grid_size) ** 2
+    per_robot = np.zeros(len(pos))
+    for iy in range(env.grid_size):
+        for ix in range(env.grid_size):
+            d2 = [(c[ix] - p[0]) ** 2 + (c[iy] - p[1]) ** 2 for p in pos]
+            i = int(np.argmin(d2))
+            per_robot[i] += density[iy, ix] * d2[i] * area
+    return float(per_robot.sum()), per_robot
+
+
+def np_comm(pos: np.ndarray, radius: float) -> np.ndarray:
+    n = len(pos)
+    adj = np.zeros((n, n), np.float32)
+    for i in range(n):
+        for j in range(n):
+            if i != j and np.hypot(*(pos[i] - pos[j])) <= radius:
+                adj[i, j] = 1.0
+    return adj
+
+
+def np_cell(env: Coverage, p: np.ndarray) -> tuple[int, int]:
+    g, cell = env.grid_size, env.world_size / env.grid_size
+    return (min(max(int(np.floor(p[0] / cell)), 0), g - 1),
+            min(max(int(np.floor(p[1] / cell)), 0), g - 1))
+
+
+def np_window(env: Coverage, sensed: np.ndarray, pos: np.ndarray, i: int) -> np.ndarray:
+    """Robot i's maps from the definition: pixel (h, w) pools the grid cells
+    (iy - S//2 + h*p .. , ix - S//2 + w*p ..), S = map_size * map_pool."""
+    m, p, g = env.map_size, env.map_pool, env.grid_size
+    span = m * p
+    ix, iy = np_cell(env, pos[i])
+    adj = np_comm(pos, env.comm_radius)
+    dens = np.zeros((span, span))
+    bnd = np.zeros((span, span))
+    for h in range(span):
+        for w in range(span):
+            y, x = iy - span // 2 + h, ix - span // 2 + w
+            if 0 <= y < g and 0 <= x < g:
+                dens[h, w] = sensed[i, y, x]
+            else:
+                bnd[h, w] = 1.0
+    nbr = np.zeros((2 if env.neighbour_map == "xy" else 1, m, m))
+    for j in np.nonzero(adj[i])[0]:
+        jx, jy = np_cell(env, pos[j])
+        h, w = jy - iy + span // 2, jx - ix + span // 2
+        if 0 <= h < span and 0 <= w < span:
+            if env.neighbour_map == "xy":
+                nbr[:, h // p, w // p] += (pos[j] - pos[i]) / env.comm_radius
+            else:
+                nbr[0, h // p, w // p] += 1.0
+    pool = lambda a: a.reshape(m, p, m, p).mean(axis=(1, 3))
+    return np.concatenate([pool(dens)[None], nbr, pool(bnd)[None]])
+
+
+def np_lloyd_target(env: Coverage, pos: np.ndarray, weights: np.ndarray,
+                    members: list[list[int]]) -> np.ndarray:
+    """Centroid of robot i's cell among robots ``members[i]`` (which includes i), weighted
+    by ``weights[i]``; loops over cells."""
+    c = np_centres(env)
+    out = np.zeros_like(pos)
+    for i in range(len(pos)):
+        mass, acc = 0.0, np.zeros(2)
+        for iy in range(env.grid_size):
+            for ix in range(env.grid_size):
+                d2 = {j: (c[ix] - pos[j, 0]) ** 2 + (c[iy] - pos[j, 1]) ** 2 for j in members[i]}
+                if d2[i] <= min(d2.values()):
+                    mass += weights[i, iy, ix]
+                    acc += weights[i, iy, ix] * np.array([c[ix], c[iy]])
+        out[i] = acc / mass
+    return out
+
+
+def np_toward(env: Coverage, pos: np.ndarray, target: np.ndarray) -> np.ndarray:
+    v = (target - pos) / env.max_speed
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1.0)
+
+
+# --- shared compiled functions -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Small env and one short trajectory (reset + max_steps random steps), from ONE
+    compiled function: reset followed by a ``lax.scan`` of steps."""
+    env = Coverage(**SMALL)
+    actions = np.random.default_rng(0).uniform(-1, 1, (env.max_steps, env.num_agents, 2))
+
+    @jax.jit
+    def run(key, actions):
+        obs, state = env.reset(key)
+        body = lambda s, a: (lambda o, s2, out: (s2, (o, s2, out)))(*env.step(key, s, a))
+        return (obs, state), jax.lax.scan(body, state, actions)[1]
+
+    (obs0, s0), (obs, states, outs) = run(jax.random.key(3), jnp.asarray(actions, jnp.float32))
+    at = lambda tree, t: jax.tree.map(lambda x: x[t], tree)
+    traj = [(obs0, s0, None)] + [(at(obs, t), at(states, t), at(outs, t))
+                                 for t in range(env.max_steps)]
+    return env, traj
+
+
+@pytest.fixture(scope="module")
+def batched():
+    """Default-size env with jit(vmap(reset/step)) over BATCH envs, trace counters, keys."""
+    env = Coverage()
+    traces = {"reset": 0, "step": 0}
+
+    def reset(key):
+        traces["reset"] += 1
+        return env.reset(key)
+
+    def step(key, state, actions):
+        traces["step"] += 1
+        return env.step(key, state, actions)
+
+    keys = jax.random.split(jax.random.key(11), BATCH)
+    return env, jax.jit(jax.vmap(reset)), jax.jit(jax.vmap(step)), traces, keys
+
+
+def as_np(state: CoverageState) -> CoverageState:
+    return jax.tree.map(np.asarray, state)
+
+
+# --- oracles ---------------------------------------------------------------------------
+
+
+def test_coverage_cost_matches_brute_force(small):
+    env, traj = small
+    _, s0, _ = traj[0]
+    j0, _ = np_cost(env, np.asarray(s0.density), np.asarray(s0.pos))
+    np.testing.assert_allclose(float(s0.cost0), j0, rtol=1e-5)
+    np.testing.assert_allclose(float(jax.jit(env.coverage_cost)(s0)), j0, rtol=1e-5)
+    for (_, prev, _), (_, s, out) in itertools.pairwise(traj):
+        j, per_robot = np_cost(env, np.asarray(s.density), np.asarray(s.pos))
+        _, per_robot_prev = np_cost(env, np.asarray(prev.density), np.asarray(prev.pos))
+        np.testing.assert_allclose(np.asarray(s.cell_cost), per_robot, rtol=1e-4, atol=1e-9)
+        np.testing.assert_allclose(float(out.metrics["coverage_cost"]), j / j0, rtol=1e-5)
+        # cover skill = N * decrease of the robot's own cell cost / J(0)
+        cover = env.num_agents * (per_robot_prev - per_robot) / j0
+        np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 1]), cover,
+                                   rtol=1e-4, atol=1e-6)
+
+
+def test_density_is_normalised_and_sensing_accumulates(small):
+    env, traj = small
+    c = np_centres(env)
+    density = np.asarray(traj[0][1].density)
+    assert density.shape == (env.grid_size, env.grid_size)
+    np.testing.assert_allclose(density.max(), 1.0, rtol=1e-6)
+    assert density.min() >= 0
+    seen = np.zeros((env.num_agents, env.grid_size, env.grid_size), bool)
+    prev_sensed = None
+    for _, s, out in traj:
+        pos = np.asarray(s.pos)
+        assert np.all((pos >= 0) & (pos <= env.world_size))
+        for i, p in enumerate(pos):
+            seen[i] |= ((np.abs(c[None, :] - p[0]) <= env.sensor_radius)
+                        & (np.abs(c[:, None] - p[1]) <= env.sensor_radius))
+        sensed = np.asarray(s.sensed)
+        np.testing.assert_array_equal(sensed, np.where(seen, density[None], 0.0))
+        if out is not None:  # explore skill = newly sensed mass / total mass
+            explore = (sensed - prev_sensed).sum(axis=(1, 2)) / density.sum()
+            np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 0]), explore,
+                                       rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(out.reward),
+                                       np.asarray(out.skill_rewards).sum(-1), rtol=1e-6)
+        prev_sensed = sensed
+
+
+def test_episode_length_and_sparse_team_reward(small):
+    env, traj = small
+    outs: list[EnvOut] = [out for _, _, out in traj[1:]]
+    assert [bool(o.done) for o in outs] == [False] * (env.max_steps - 1) + [True]
+    assert all(float(o.team_reward) == 0.0 for o in outs[:-1])
+    final = float(outs[-1].metrics["coverage_cost"])
+    np.testing.assert_allclose(float(outs[-1].team_reward), 1.0 - final, rtol=1e-6)
+    assert int(traj[-1][1].t) == env.max_steps
+    assert outs[-1].skill_rewards.shape == (env.num_agents, len(env.skill_names))
+    assert env.skill_names == ("explore", "cover")
+
+
+def test_comm_graph_matches_numpy(small):
+    env, traj = small
+    graph = jax.jit(env.comm_graph)
+    for _, s, _ in traj:
+        pos = np.asarray(s.pos)
+        adj = np.asarray(graph(s))
+        np.testing.assert_array_equal(adj, np_comm(pos, env.comm_radius))
+        np.testing.assert_array_equal(adj, adj.T)
+    assert adj.dtype == np.float32
+
+
+@pytest.mark.parametrize("variant", [{}, {"neighbour_map": "xy", "map_pool": 2, "map_size": 4}])
+def test_local_maps_match_numpy_windows(small, variant):
+    _, traj = small
+    env = Coverage(**{**SMALL, **variant})
+    _, s, _ = traj[-1]
+    # Put robot 0 in a corner and robot 1 next to it, so boundary and neighbours show up.
+    pos = np.asarray(s.pos).copy()
+    pos[0], pos[1] = [0.01, 0.99], [0.12, 0.9]
+    s = s._replace(pos=jnp.asarray(pos))
+    obs = jax.jit(env.observe)(s)
+    assert obs["maps"].shape == (env.num_agents, env.num_channels, env.map_size, env.map_size)
+    assert obs["maps"].dtype == jnp.float32
+    for i in range(env.num_agents):
+        np.testing.assert_allclose(np.asarray(obs["maps"][i]),
+                                   np_window(env, np.asarray(s.sensed), pos, i),
+                                   rtol=1e-6, atol=1e-6, err_msg=f"agent {i}")
+    np.testing.assert_allclose(np.asarray(obs["vec"]), pos / env.world_size, rtol=1e-6)
+    assert float(obs["maps"][0, -1].max()) > 0  # corner robot sees the boundary
+    assert float(obs["maps"][0, 1:-1].__abs__().sum()) > 0  # and its neighbour
+
+
+def test_global_state_and_render(small):
+    env, traj = small
+    _, s, _ = traj[-1]
+    g = jax.jit(env.global_state)(s)
+    assert g.shape == (env.global_state_size,) and g.dtype == jnp.float32
+    assert bool(jnp.all(jnp.isfinite(g)))
+    np.testing.assert_allclose(np.asarray(g[: 2 * env.num_agents]),
+                               np.asarray(s.pos).reshape(-1) / env.world_size, rtol=1e-6)
+    frame = env.render(as_np(s))
+    assert frame.dtype == np.uint8 and frame.shape[2] == 3
+
+
+def test_lloyd_policies_match_numpy_centroids(small):
+    env, traj = small
+    _, s, _ = traj[-1]
+    pos = np.asarray(s.pos)
+    n = env.num_agents
+    adj = np_comm(pos, env.comm_radius)
+    # clairvoyant: all robots, true density
+    density = np.broadcast_to(np.asarray(s.density), (n, *s.density.shape))
+    target = np_lloyd_target(env, pos, density, [list(range(n))] * n)
+    clairvoyant = jax.jit(lambda s: lloyd_clairvoyant(None, env, s))
+    np.testing.assert_allclose(np.asarray(clairvoyant(s)),
+                               np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
+    # decentralized: own sensed map, self + comm neighbours only
+    members = [[i, *np.nonzero(adj[i])[0].tolist()] for i in range(n)]
+    target = np_lloyd_target(env, pos, np.asarray(s.sensed), members)
+    decentralized = jax.jit(lambda s: lloyd_decentralized(None, env, s))
+    np.testing.assert_allclose(np.asarray(decentralized(s)),
+                               np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
+
+
+def test_jit_vmap_batch_traces_once(batched):
+    env, reset, step, traces, keys = batched
+    rng = np.random.default_rng(0)
+    for shift in range(2):  # fresh keys and actions: still the one trace
+        obs, state = reset(jnp.roll(keys, shift))
+        for _ in range(2):
+            actions = rng.uniform(-1, 1, (BATCH, env.num_agents, 2)).astype(np.float32)
+            obs, state, out = step(keys, state, actions)
+    assert traces == {"reset": 1, "step": 1}
+    assert obs["maps"].shape == (BATCH, env.num_agents, 3, 16, 16)
+    assert obs["vec"].shape == (BATCH, env.num_agents, 2)
+    assert out.reward.shape == (BATCH, env.num_agents)
+    assert out.skill_rewards.shape == (BATCH, env.num_agents, 2)
+    assert out.team_reward.shape == (BATCH,) and out.done.shape == (BATCH,)
+    assert bool(jnp.all(jnp.isfinite(out.reward)))
+    assert int(state.t[0]) == 2
+
+
+def policy_final_costs(batched, policy) -> np.ndarray:
+    """[BATCH] final J(T)/J(0) of one episode per env under ``policy`` (a Python loop over
+    time around the shared compiled batched step)."""
+    env, reset, step, _, keys = batched
+
+    @jax.jit
+    def act(t, state):
+        step_keys = jax.vmap(lambda k: jax.random.fold_in(k, t))(keys)
+        return jax.vmap(lambda k, s: policy(k, env, s))(step_keys, state)
+
+    _, state = reset(keys)
+    for t in range(env.max_steps):
+        _, state, out = step(keys, state, act(t, state))
+    assert bool(jnp.all(out.done))
+    return np.asarray(out.metrics["coverage_cost"])
+
+
+def test_lloyd_lowers_coverage_cost_vs_random(batched):
+    """Over BATCH env seeds, both Lloyd variants end far below a random policy's J/J0."""
+    final = {name: float(policy_final_costs(batched, policy).mean())
+             for name, policy in [("random", random_policy),
+                                  ("decentralized", lloyd_decentralized),
+                                  ("clairvoyant", lloyd_clairvoyant)]}
+    assert final["random"] > 0.7, final
+    assert final["decentralized"] < 0.75 * final["random"], final
+    assert final["clairvoyant"] < 0.5 * final["random"], final
+
+
+@pytest.mark.slow
+def test_rollout_scan_matches_python_loop(batched):
+    """``rollout`` (one lax.scan with auto-reset) gives the same per-step metrics as a
+    Python loop over the compiled batched reset/step (clairvoyant Lloyd ignores its key,
+    and the env's step is deterministic, so only the reset key matters)."""
+    env, reset, step, _, keys = batched
+    scan = jax.jit(jax.vmap(lambda k: rollout(env, lloyd_clairvoyant, k)[1]))(keys)
+    act = jax.jit(jax.vmap(lambda s: lloyd_clairvoyant(None, env, s)))
+    _, state = reset(jax.vmap(lambda k: jax.random.split(k)[0])(keys))  # rollout's reset key
+    loop = []
+    for _ in range(env.max_steps):
+        _, state, out = step(keys, state, act(state))
+        loop.append(out.metrics["coverage_cost"])
+    np.testing.assert_allclose(np.asarray(scan.metrics["coverage_cost"]),
+                               np.stack(loop, axis=1), rtol=1e-4, atol=1e-5)
+    assert bool(jnp.all(scan.done[:, -1])) and not bool(jnp.any(scan.done[:, :-1]))
+    metric = rollout_metric(env, lloyd_clairvoyant, keys[0], num_envs=4)
+    assert metric.shape == (4,) and bool(jnp.all((metric > 0) & jnp.isfinite(metric)))
+
+
+def test_256_agents_reset_step_and_paper_scale_shapes():
+    env = Coverage(num_agents=256, grid_size=16, map_size=8)
+
+    @jax.jit
+    def reset_step(key):  # one compilation for both
+        _, state = env.reset(key)
+        return env.step(key, state, jnp.full((256, 2), 0.5))
+
+    obs, state, out = reset_step(jax.random.key(0))
+    assert obs["maps"].shape == (256, 3, 8, 8)
+    assert out.reward.shape == (256,) and bool(jnp.all(jnp.isfinite(out.reward)))
+    assert env.comm_graph(state).shape == (256, 256)
+    # LPAC paper scale: 32 robots, 32 x 32 x 4 maps (shapes only: no compilation).
+    lpac = Coverage(num_agents=32, grid_size=128, map_size=32, map_pool=2, neighbour_map="xy",
+                    world_size=1024.0, comm_radius=128.0, sensor_radius=32.0, max_speed=5.0,
+                    feature_sigma=(40.0, 60.0))
+    obs_shape = lpac.observation_space
+    assert obs_shape["maps"].shape == (4, 32, 32) and obs_shape["vec"].shape == (2,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"num_agents": 0}, ValueError, "num_agents"),
+        ({"num_agents": 2.5}, TypeError, "num_agents"),
+        ({"grid_size": 1}, ValueError, "grid_size"),
+        ({"map_size": 0}, ValueError, "map_size"),
+        ({"map_pool": 0}, ValueError, "map_pool"),
+        ({"num_features": 0}, ValueError, "num_features"),
+        ({"max_steps": True}, TypeError, "max_steps"),
+        ({"world_size": -1.0}, ValueError, "world_size"),
+        ({"max_speed": 0.0}, ValueError, "max_speed"),
+        ({"comm_radius": "far"}, TypeError, "comm_radius"),
+        ({"sensor_radius": float("nan")}, ValueError, "sensor_radius"),
+        ({"feature_sigma": (0.2, 0.1)}, ValueError, "feature_sigma"),
+        ({"feature_sigma": 0.1}, TypeError, "feature_sigma"),
+        ({"neighbour_map": "rgb"}, ValueError, "neighbour_map"),
+        ({"global_map_size": 0}, ValueError, "global_map_size"),
+    ],
+)
+def test_bad_constructor_args_raise_naming_the_arg(kwargs, exc, name):
+    with pytest.raises(exc, match=name):
+        Coverage(**kwargs)
