@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 import jax
+import jax.numpy as jnp
 import numpy as np
 from pettingzoo import ParallelEnv
 
@@ -33,11 +34,46 @@ from envs.base import EnvOut, SwarmEnv
 AgentID = str
 
 
+class Packer:
+    """Packs a pytree of arrays into one flat buffer per dtype (inside jit), and back.
+
+    Pulling a handful of flat buffers to the host is much cheaper than pulling every
+    leaf, so the adapter's per-step transfer is one ``device_get`` of (usually) two
+    arrays; on the host the leaves come back as zero-copy numpy views.
+    """
+
+    def __init__(self, shapes: Any):
+        leaves, self.treedef = jax.tree.flatten(shapes)
+        self.dtypes = sorted({np.dtype(leaf.dtype) for leaf in leaves}, key=str)
+        group = {d: i for i, d in enumerate(self.dtypes)}
+        fill = [0] * len(self.dtypes)
+        self.slots = []  # (buffer index, start, stop, shape) per leaf
+        for leaf in leaves:
+            g, size = group[np.dtype(leaf.dtype)], int(np.prod(leaf.shape, dtype=np.int64))
+            self.slots.append((g, fill[g], fill[g] + size, tuple(leaf.shape)))
+            fill[g] += size
+
+    def pack(self, tree: Any) -> tuple[jax.Array, ...]:
+        parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
+        for (g, *_), leaf in zip(self.slots, jax.tree.leaves(tree), strict=True):
+            parts[g].append(jnp.ravel(leaf))
+        return tuple(jnp.concatenate(p) for p in parts)
+
+    def unpack(self, buffers: tuple[np.ndarray, ...]) -> Any:
+        leaves = [buffers[g][a:b].reshape(shape) for g, a, b, shape in self.slots]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
 class CoreFns(NamedTuple):
-    """Jitted functions over one env configuration (see :func:`core_fns`)."""
+    """Jitted functions over one env configuration (see :func:`core_fns`).
+
+    ``step(key, state, actions) -> (key, state, packed)`` where ``packed`` holds
+    ``(obs, EnvOut)``; ``unpack(jax.device_get(packed))`` restores them as numpy.
+    """
 
     reset: Callable[[jax.Array], tuple[jax.Array, Any, Any]]
-    step: Callable[[jax.Array, Any, jax.Array], tuple[jax.Array, Any, Any, EnvOut]]
+    step: Callable[[jax.Array, Any, jax.Array], tuple[jax.Array, Any, tuple[jax.Array, ...]]]
+    unpack: Callable[[tuple[np.ndarray, ...]], tuple[dict[str, np.ndarray], EnvOut]]
     global_state: Callable[[Any], jax.Array]
     comm_graph: Callable[[Any], jax.Array]
 
@@ -48,14 +84,20 @@ def _build_core_fns(env: SwarmEnv) -> CoreFns:
         obs, state = env.reset(sub)
         return key, obs, state
 
+    _, state_shape = jax.eval_shape(env.reset, jax.random.key(0))
+    act_shape = jax.ShapeDtypeStruct((env.num_agents, *env.action_space.shape), jnp.float32)
+    obs_shape, _, out_shape = jax.eval_shape(env.step, jax.random.key(0), state_shape, act_shape)
+    packer = Packer((obs_shape, out_shape))
+
     def step(key, state, actions):
         key, sub = jax.random.split(key)
         obs, state, out = env.step(sub, state, actions)
-        return key, obs, state, out
+        return key, state, packer.pack((obs, out))
 
     return CoreFns(
         reset=jax.jit(reset),
         step=jax.jit(step),
+        unpack=packer.unpack,
         global_state=jax.jit(env.global_state),
         comm_graph=jax.jit(env.comm_graph),
     )
@@ -174,8 +216,8 @@ class SwarmParallelEnv(ParallelEnv):
         if not self.agents:
             raise RuntimeError("step() called with no live agents: call reset() first")
         acts = self._stack_actions(actions)
-        self._key, obs, self._state, out = self._fns.step(self._key, self._state, acts)
-        obs, out = jax.device_get((obs, out))  # the one device -> host transfer
+        self._key, self._state, packed = self._fns.step(self._key, self._state, acts)
+        obs, out = self._fns.unpack(jax.device_get(packed))  # the one device -> host transfer
         self.num_steps += 1
 
         agents = self.agents
