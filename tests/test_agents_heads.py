@@ -1,0 +1,188 @@
+"""Executor distributions, centralized critic and configs, against numpy hand computations."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from agents import (
+    ActorConfig,
+    CategoricalHead,
+    CentralCritic,
+    CriticConfig,
+    FeudalActor,
+    GaussianHead,
+)
+
+CFG = ActorConfig(executor_hidden=(8,))
+N, IN = 5, 4
+X = jnp.asarray(np.random.default_rng(0).standard_normal((N, IN)), jnp.float32)
+
+
+@eqx.filter_jit
+def run(head, key, x, deterministic, action):
+    """One compile per head: sample, evaluate the sample, evaluate a given action."""
+    out = head.sample(key, x, deterministic)
+    return out, head.evaluate(x, out.action), head.evaluate(x, action)
+
+
+def _set_mean(head: GaussianHead, mu: np.ndarray) -> GaussianHead:
+    """Make the canonical mean independent of the input: zero last weight, bias = mu."""
+    last = head.mean.layers[-1]
+    new_last = eqx.tree_at(lambda m: (m.weight, m.bias), last,
+                           (jnp.zeros_like(last.weight), jnp.asarray(mu, jnp.float32)))  # fmt: skip
+    return eqx.tree_at(lambda h: h.mean.layers[-1], head, new_last)
+
+
+def _normal_logpdf(x, mean, std):
+    return -0.5 * ((x - mean) / std) ** 2 - np.log(std) - 0.5 * math.log(2 * math.pi)
+
+
+def test_gaussian_clip_log_prob_and_rescaling():
+    """One Box mixing [-1, 1]^2, [0, 1]^5 and uneven bounds: mode rescaling, the sample, its
+    log-prob and entropy by hand, and clipping for the env."""
+    low = np.array([-1, -1, 0, 0, 0, 0, 0, -2, 0, 10], np.float32)
+    high = np.array([1, 1, 1, 1, 1, 1, 1, 2, 1, 20], np.float32)
+    space = spaces.Box(low, high, dtype=np.float32)
+    a = low.size
+    mu = np.array([-1, 1, -1, -0.5, 0, 0.5, 1, 0.25, -0.9, 0.6], np.float32)  # canonical
+    head = _set_mean(GaussianHead(jax.random.key(1), IN, space, CFG), mu)
+    center, half = (high + low) / 2, (high - low) / 2
+    # deterministic mode: low + (mu + 1) / 2 * (high - low), e.g. [0, .25, .5, .75, 1] on [0,1]
+    det, _, _ = run(head, jax.random.key(2), X, True, jnp.zeros((N, a)))
+    want_mode = low + (mu + 1.0) / 2.0 * (high - low)
+    np.testing.assert_allclose(np.asarray(det.action), np.broadcast_to(want_mode, (N, a)),
+                               rtol=1e-6, atol=1e-6)  # fmt: skip
+    # stochastic: same normal draw by hand, log-prob / entropy by formula, clip for the env
+    key = jax.random.key(3)
+    out, (lp_own, _), (lp_mode, _) = run(head, key, X, False, det.action)
+    eps = np.asarray(jax.random.normal(key, (N, a)))
+    std = half * np.exp(CFG.log_std_init)
+    x = center + half * mu + std * eps
+    np.testing.assert_allclose(np.asarray(out.action), x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out.env_action), np.clip(x, low, high), atol=1e-5)
+    assert np.any(x < low) or np.any(x > high)  # the clip is exercised
+    want_lp = _normal_logpdf(x, center + half * mu, std).sum(-1)
+    np.testing.assert_allclose(np.asarray(out.log_prob), want_lp, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(lp_own), want_lp, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(lp_mode), np.full(N, -np.log(std).sum()
+                               - 0.5 * a * math.log(2 * math.pi)), rtol=1e-5)  # fmt: skip
+    want_ent = np.sum(0.5 + 0.5 * math.log(2 * math.pi) + np.log(std))
+    np.testing.assert_allclose(np.asarray(out.entropy), np.full(N, want_ent), rtol=1e-5)
+
+
+def test_gaussian_any_shape():
+    space = spaces.Box(-3.0, 5.0, shape=(2, 3), dtype=np.float32)
+    head = GaussianHead(jax.random.key(1), IN, space, CFG)
+    out, (lp, _), _ = run(head, jax.random.key(2), X, False, jnp.zeros((N, 2, 3)))
+    assert out.action.shape == (N, 2, 3) and out.log_prob.shape == (N,)
+    np.testing.assert_allclose(np.asarray(lp), np.asarray(out.log_prob), rtol=1e-5, atol=1e-5)
+
+
+def test_gaussian_squash_log_prob_is_a_density():
+    """tanh-squashed Gaussian on Box([0, 3]): log-prob equals the change-of-variables
+    formula, and exp(log_prob) integrates to 1 over the interval."""
+    cfg = ActorConfig(executor_hidden=(8,), squash=True, log_std_init=0.0)
+    space = spaces.Box(0.0, 3.0, shape=(1,), dtype=np.float32)
+    head = _set_mean(GaussianHead(jax.random.key(1), IN, space, cfg), np.array([0.3]))
+    grid = np.linspace(0.0, 3.0, 30001)[1:-1]
+    xg = jnp.asarray(np.repeat(np.asarray(X[:1]), grid.size, axis=0))
+    out, (lp, _), (lp_grid, _) = run(head, jax.random.key(4), xg, False,
+                                     jnp.asarray(grid[:, None], jnp.float32))  # fmt: skip
+    a = np.asarray(out.action, np.float64)
+    assert np.all((a > 0) & (a < 3)) and np.array_equal(a, np.asarray(out.env_action))
+    u = np.arctanh((a - 1.5) / 1.5)
+    want = (_normal_logpdf(u, 0.3, 1.0) - np.log(1.5 * (1 - np.tanh(u) ** 2))).sum(-1)
+    np.testing.assert_allclose(np.asarray(out.log_prob), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(lp), want, rtol=1e-3, atol=1e-3)
+    mass = np.trapezoid(np.exp(np.asarray(lp_grid, np.float64)), grid)
+    assert abs(mass - 1.0) < 2e-3, mass
+    with pytest.raises(ValueError, match="squash"):
+        GaussianHead(jax.random.key(1), IN, spaces.Box(-np.inf, np.inf, (2,)), cfg)
+
+
+def test_categorical_for_discrete():
+    space = spaces.Discrete(5, start=2)
+    head = CategoricalHead(jax.random.key(1), IN, space, CFG)
+    logits = np.stack([_np_mlp(head.logits, x, False) for x in np.asarray(X)])
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    out, (lp, _), _ = run(head, jax.random.key(5), X, False, jnp.zeros(N, jnp.int32))
+    act = np.asarray(out.action)
+    assert out.action.dtype == jnp.int32 and np.all((act >= 0) & (act < 5))
+    np.testing.assert_array_equal(np.asarray(out.env_action), act + 2)
+    np.testing.assert_allclose(np.asarray(out.log_prob), logp[np.arange(N), act], rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(out.entropy), -(np.exp(logp) * logp).sum(-1), rtol=1e-5)
+    det, _, _ = run(head, jax.random.key(5), X, True, jnp.zeros(N, jnp.int32))
+    np.testing.assert_array_equal(np.asarray(det.action), logits.argmax(-1))
+    np.testing.assert_allclose(np.asarray(lp), np.asarray(out.log_prob), rtol=1e-6)
+    # the actor picks the head from the action space
+    obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    small = ActorConfig(gnn_layers=1, gnn_features=8, embed_hidden=(), embed_dim=4,
+                        executor_hidden=(8,), vec_hidden=())  # fmt: skip
+    assert isinstance(FeudalActor(jax.random.key(0), obs_space, space, 2, small).executor.head,
+                      CategoricalHead)  # fmt: skip
+    with pytest.raises(TypeError, match="Box or Discrete"):
+        FeudalActor(jax.random.key(0), obs_space, spaces.MultiBinary(3), 2, small)
+
+
+def _np_mlp(mlp, x, layer_norm):
+    for i, layer in enumerate(mlp.layers):
+        x = np.asarray(layer.weight, np.float64) @ x + np.asarray(layer.bias, np.float64)
+        if i < len(mlp.layers) - 1:
+            if layer_norm:
+                x = (x - x.mean()) / np.sqrt(x.var() + 1e-5)
+                x = x * np.asarray(mlp.norms[i].scale) + np.asarray(mlp.norms[i].shift)
+            x = np.tanh(x)
+    return x
+
+
+@pytest.mark.parametrize("layer_norm", [True, False])
+def test_central_critic_equals_numpy(layer_norm):
+    g, n, k = 7, 4, 3
+    critic = CentralCritic(jax.random.key(0), g, n, k, CriticConfig((16, 16), layer_norm))
+    gs = np.random.default_rng(0).standard_normal(g).astype(np.float32)
+    skill = np.array([2, 0, 1, 2])
+    values = critic(jnp.asarray(gs), jnp.asarray(skill))
+    assert values.shape == (n,) and values.dtype == jnp.float32
+    for i in range(n):
+        inp = np.concatenate([gs, np.eye(n)[i], np.eye(k)[skill[i]]])
+        np.testing.assert_allclose(float(values[i]), _np_mlp(critic.mlp, inp, layer_norm)[0],
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+    # PPO init gains: value output 1.0 (orthogonal rows have unit norm), hidden sqrt(2)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(critic.mlp.layers[-1].weight)), 1.0,
+                               rtol=1e-5)  # fmt: skip
+    w0 = np.asarray(critic.mlp.layers[0].weight)  # [16, 14]: orthonormal columns
+    np.testing.assert_allclose(w0.T @ w0, 2.0 * np.eye(g + n + k), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,field",
+    [
+        (dict(gnn_hops=-1), ValueError, "gnn_hops"),
+        (dict(cnn_strides=(1, 2)), ValueError, "cnn_strides"),
+        (dict(embed_dim=2.0), TypeError, "embed_dim"),
+        (dict(executor_hidden=[64]), TypeError, "executor_hidden"),
+        (dict(log_std_init=float("nan")), ValueError, "log_std_init"),
+        (dict(squash=1), TypeError, "squash"),
+    ],
+)
+def test_actor_config_errors_name_the_field(kwargs, err, field):
+    with pytest.raises(err, match=field):
+        ActorConfig(**kwargs)
+
+
+def test_configs_are_frozen_and_critic_validated():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ActorConfig().embed_dim = 3
+    with pytest.raises(ValueError, match="hidden"):
+        CriticConfig(hidden=())
+    with pytest.raises(TypeError, match="layer_norm"):
+        CriticConfig(layer_norm="yes")
+    assert ActorConfig.lpac().gnn_layers == 5 and ActorConfig.lpac().gnn_hops == 3
