@@ -218,11 +218,15 @@ def ask(key: jax.Array, state: ESState, cfg: ESConfig) -> tuple[jax.Array, jax.A
 def centered_rank(fitness: jax.Array) -> jax.Array:
     """Centered ranks in ``[-0.5, 0.5]`` (best = 0.5); non-finite values rank last.
 
-    Ties are broken by position (stable sort), as in OpenAI-ES's ``compute_centered_ranks``.
+    Ties are broken by position (the lower index ranks lower), as a stable sort would.
+    One ``lax.top_k`` plus a scatter, which is several times cheaper on CPU than the
+    usual double ``argsort``.
     """
+    num = fitness.shape[0]
     fitness = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
-    ranks = jnp.argsort(jnp.argsort(fitness, stable=True), stable=True)
-    return ranks.astype(jnp.float32) / (fitness.shape[0] - 1) - 0.5
+    _, ascending = jax.lax.top_k(-fitness, num)  # equal values: lower index first
+    ranks = jnp.arange(num, dtype=jnp.float32) / (num - 1) - 0.5
+    return jnp.zeros(num, jnp.float32).at[ascending].set(ranks, unique_indices=True)
 
 
 def tell(
@@ -243,15 +247,17 @@ def tell(
     }
     num = noise.shape[0]
     if cfg.kind == "cem":
-        ranked = jnp.where(valid, fitness, -jnp.inf)
-        elite_idx = jnp.argsort(ranked, stable=True)[num - cfg.num_elites :]
+        # the best num_elites; among equal fitness the later candidate wins, as in an
+        # ascending sort's tail (the reference's elite choice)
+        ranked = jnp.where(valid, fitness, -jnp.inf)[::-1]
+        elite_idx = num - 1 - jax.lax.top_k(ranked, cfg.num_elites)[1]
         elites = state.mean[None, :] + state.sigma * noise[elite_idx]
         mean = jnp.mean(elites, axis=0)
         sigma = jnp.mean(jnp.std(elites, axis=0)) if cfg.num_elites > 1 else state.sigma
         opt_state = state.opt_state
     else:
         shaped = centered_rank(fitness)
-        grad = (shaped[:, None] * noise).sum(axis=0) / (num * state.sigma)
+        grad = (shaped @ noise) / (num * state.sigma)
         # optax minimizes: feed the negative ascent direction plus the L2 term, so that
         # sgd gives exactly θ + lr·grad − lr·wd·θ (the reference step).
         descent = -grad + cfg.weight_decay * state.mean if cfg.weight_decay else -grad
