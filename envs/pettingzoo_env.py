@@ -3,7 +3,8 @@
 The adapter keeps the env state and a JAX PRNG key on the device and exposes the usual
 dict-per-agent, numpy-in/numpy-out API. Each ``step`` is one call of a jitted function
 (compiled once per env configuration and shared across instances) followed by one
-``jax.device_get`` of the whole output pytree, so the Python overhead per step is small.
+host transfer of the whole output packed into one flat buffer (see :class:`Packer`), so the
+Python overhead per step is small.
 
 Key derivation (what makes it deterministic, and what tests reproduce with the core)::
 
@@ -35,40 +36,76 @@ AgentID = str
 
 
 class Packer:
-    """Packs a pytree of arrays into one flat buffer per dtype (inside jit), and back.
+    """Packs a pytree of arrays into (usually) one flat float32 buffer inside jit, and back.
 
-    Pulling a handful of flat buffers to the host is much cheaper than pulling every
-    leaf, so the adapter's per-step transfer is one ``device_get`` of (usually) two
-    arrays; on the host the leaves come back as zero-copy numpy views.
+    Every output buffer of a jitted call and every host transfer has a fixed cost, so the
+    adapter returns its per-step ``(obs, EnvOut)`` as one float32 vector: 4-byte leaves
+    (float32, int32, uint32) are bit-cast into it, bool and small integer leaves are cast
+    (exact), and anything else (e.g. 8-byte leaves under x64) goes to one extra buffer
+    per dtype. On the host the leaves come back exactly, as numpy views where possible.
     """
+
+    _BITCAST = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32))
+    _CAST = (np.dtype(np.bool_), np.dtype(np.int8), np.dtype(np.uint8),
+             np.dtype(np.int16), np.dtype(np.uint16))
 
     def __init__(self, shapes: Any):
         leaves, self.treedef = jax.tree.flatten(shapes)
-        self.dtypes = sorted({np.dtype(leaf.dtype) for leaf in leaves}, key=str)
-        group = {d: i for i, d in enumerate(self.dtypes)}
-        fill = [0] * len(self.dtypes)
-        self.slots = []  # (buffer index, start, stop, shape) per leaf
+        self.buffer_dtypes: list[np.dtype] = [np.dtype(np.float32)]
+        fill = [0]
+        self.slots = []  # (buffer, start, stop, shape, dtype, how) per leaf
         for leaf in leaves:
-            g, size = group[np.dtype(leaf.dtype)], int(np.prod(leaf.shape, dtype=np.int64))
-            self.slots.append((g, fill[g], fill[g] + size, tuple(leaf.shape)))
+            dtype = np.dtype(leaf.dtype)
+            if dtype in self._BITCAST:
+                g, how = 0, "bitcast"
+            elif dtype in self._CAST:
+                g, how = 0, "cast"
+            else:
+                if dtype not in self.buffer_dtypes:
+                    self.buffer_dtypes.append(dtype)
+                    fill.append(0)
+                g, how = self.buffer_dtypes.index(dtype), "raw"
+            size = int(np.prod(leaf.shape, dtype=np.int64))
+            self.slots.append((g, fill[g], fill[g] + size, tuple(leaf.shape), dtype, how))
             fill[g] += size
 
     def pack(self, tree: Any) -> tuple[jax.Array, ...]:
-        parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
-        for (g, *_), leaf in zip(self.slots, jax.tree.leaves(tree), strict=True):
-            parts[g].append(jnp.ravel(leaf))
-        return tuple(jnp.concatenate(p) for p in parts)
+        parts: list[list[jax.Array]] = [[] for _ in self.buffer_dtypes]
+        for (g, _, _, _, _, how), leaf in zip(self.slots, jax.tree.leaves(tree), strict=True):
+            flat = jnp.ravel(leaf)
+            if how == "bitcast":
+                flat = jax.lax.bitcast_convert_type(flat, jnp.float32)
+            elif how == "cast":
+                flat = flat.astype(jnp.float32)
+            parts[g].append(flat)
+        return tuple(
+            jnp.concatenate(p) if p else jnp.zeros((0,), d)
+            for p, d in zip(parts, self.buffer_dtypes, strict=True)
+        )
 
-    def unpack(self, buffers: tuple[np.ndarray, ...]) -> Any:
-        leaves = [buffers[g][a:b].reshape(shape) for g, a, b, shape in self.slots]
+    def unpack(self, buffers: tuple[np.ndarray, ...] | list[np.ndarray]) -> Any:
+        leaves = []
+        for g, a, b, shape, dtype, how in self.slots:
+            flat = buffers[g][a:b]
+            if how == "bitcast":
+                flat = flat.view(dtype)
+            elif how == "cast":
+                flat = flat.astype(dtype)
+            leaves.append(flat.reshape(shape))
         return jax.tree.unflatten(self.treedef, leaves)
+
+    @staticmethod
+    def to_host(buffers: tuple[jax.Array, ...]) -> list[np.ndarray]:
+        """The device -> host transfer (``np.asarray`` per buffer: cheaper than
+        ``jax.device_get`` on a tuple, and there is usually a single buffer)."""
+        return [np.asarray(b) for b in buffers]
 
 
 class CoreFns(NamedTuple):
     """Jitted functions over one env configuration (see :func:`core_fns`).
 
     ``step(key, state, actions) -> (key, state, packed)`` where ``packed`` holds
-    ``(obs, EnvOut)``; ``unpack(jax.device_get(packed))`` restores them as numpy.
+    ``(obs, EnvOut)``; ``unpack(Packer.to_host(packed))`` restores them as numpy.
     """
 
     reset: Callable[[jax.Array], tuple[jax.Array, Any, Any]]
@@ -217,7 +254,7 @@ class SwarmParallelEnv(ParallelEnv):
             raise RuntimeError("step() called with no live agents: call reset() first")
         acts = self._stack_actions(actions)
         self._key, self._state, packed = self._fns.step(self._key, self._state, acts)
-        obs, out = self._fns.unpack(jax.device_get(packed))  # the one device -> host transfer
+        obs, out = self._fns.unpack(Packer.to_host(packed))  # the one device -> host transfer
         self.num_steps += 1
 
         agents = self.agents

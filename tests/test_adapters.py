@@ -24,7 +24,7 @@ from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 import envs
 from envs.base import EnvOut, SwarmEnv, check_positive_int
 from envs.gym_wrappers import SelectorEnv, SwarmGymEnv, random_executor
-from envs.pettingzoo_env import SwarmParallelEnv, core_fns
+from envs.pettingzoo_env import Packer, SwarmParallelEnv, core_fns
 from envs.registration import BUNDLED_ENVS, env_id, register_bundled_envs, register_swarm_env
 from envs.render import draw_swarm
 
@@ -192,6 +192,24 @@ def test_adapter_equals_core(eid):
             act = {a: actions[t][i] for i, a in enumerate(env.possible_agents)}
             obs, rewards, _, _, infos = env.step(act)
     assert env.state().shape == env.state_space.shape
+
+
+def test_packer_roundtrip_is_exact():
+    """The adapter's one-buffer transfer restores every leaf bit-exactly, dtype included."""
+    tree = {
+        "f": jnp.array([[0.1, -np.inf], [np.nan, 3e38]], jnp.float32),
+        "b": jnp.array([True, False]),
+        "i": jnp.array([-5, 2**30 + 1], jnp.int32),
+        "u8": jnp.array(255, jnp.uint8),
+        "empty": jnp.zeros((0, 3)),
+    }
+    packer = Packer(jax.eval_shape(lambda: tree))
+    buffers = jax.jit(packer.pack)(tree)
+    assert len(buffers) == 1
+    back = packer.unpack(Packer.to_host(buffers))
+    for name, leaf in tree.items():
+        assert back[name].dtype == leaf.dtype and back[name].shape == leaf.shape
+        np.testing.assert_array_equal(back[name], np.asarray(leaf))
 
 
 def test_adapter_details():
