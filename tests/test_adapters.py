@@ -366,3 +366,28 @@ def test_selector_env_errors():
     assert env.action_space == gym.spaces.MultiDiscrete([2, 2, 2])
     with pytest.raises(ValueError, match="skill indices"):
         env.step(np.array([0, 1, 2]))
+
+
+# --- GIF writer ---------------------------------------------------------------------
+def test_gif_writer(tmp_path):
+    from PIL import Image
+
+    from envs.gif import episode_frames, main
+    from envs.render import write_gif
+
+    core = TinyEnv(num_agents=N, max_steps=4)
+    policy = lambda key, env, state: jax.random.uniform(key, (env.num_agents, 2), minval=-1)
+    frames = episode_frames(core, policy, jax.random.key(0))
+    assert len(frames) == core.max_steps + 1 and frames[0].dtype == np.uint8
+    path = write_gif(frames, tmp_path / "tiny.gif")
+    assert Image.open(path).size == frames[0].shape[1::-1]
+    assert main(["--env", "Coverage", "--policy", "bogus", "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow
+def test_gif_command_writes_every_bundled_env(tmp_path):
+    from envs.gif import main
+
+    assert main(["--out", str(tmp_path), "--steps", "5", "--num-agents", "3"]) == 0
+    present = [n for n in BUNDLED_ENVS if _bundled_present(n)]
+    assert sorted(p.name.split("_")[0] for p in tmp_path.glob("*.gif")) == sorted(present)
