@@ -94,14 +94,12 @@ def make_runner(config: ActorConfig = SMALL, seed: int = 0) -> Runner:
     opt_state = _fill(rng, jax.eval_shape(optax.adam(1e-3).init, params))  # mu, nu, count
     cfg = ESConfig(optimizer="adam", sigma=0.1)
     es_state = _fill(rng, jax.eval_shape(lambda a: es_init(selector_theta(a), cfg), actor))
-    e, n, g = 2, N_AGENTS, GRID
-    env_state = _fill(rng, CoverageState(
-        pos=jax.ShapeDtypeStruct((e, n, 2), jnp.float32),
-        density=jax.ShapeDtypeStruct((e, g, g), jnp.float32),
-        sensed=jax.ShapeDtypeStruct((e, n, g, g), jnp.float32),
-        cell_cost=jax.ShapeDtypeStruct((e, n), jnp.float32),
-        cost0=jax.ShapeDtypeStruct((e,), jnp.float32),
-        t=jax.ShapeDtypeStruct((e,), jnp.int32)))
+    # a batch of 2 env states; shapes and dtypes vary by field, whatever the fields are
+    # (the env's own field list is the other engineers' to change)
+    dtypes = (jnp.float32, jnp.int32, jnp.bool_)
+    env_state = _fill(rng, CoverageState(*(
+        jax.ShapeDtypeStruct((2, N_AGENTS, GRID)[: 1 + i % 3], dtypes[i % 3])
+        for i in range(len(CoverageState._fields)))))
     extras = {"mask": jax.device_put(np.array([True, False, True])),
               "u8": np.arange(4, dtype=np.uint8),
               "bf16": jax.device_put(rng.random(3).astype(jnp.bfloat16)),
