@@ -109,12 +109,20 @@ def auto_reset_step(
     The returned ``EnvOut`` is the one of the finished step (its rewards and ``done``);
     the returned obs/state are the fresh episode's when ``done`` is true. Works under
     ``vmap`` because both branches are computed and selected with ``jnp.where``.
+
+    When the env implements ``observe`` (obs is a function of state, as for every bundled
+    env), the selected state is observed once instead of selecting between two
+    observations; XLA then drops the unused ones (~3x faster with local maps at 1024
+    envs on CPU, ~1.4x for vector obs). Same values either way.
     """
     key_step, key_reset = jax.random.split(key)
     obs, next_state, out = env.step(key_step, state, actions)
     obs_reset, state_reset = env.reset(key_reset)
     pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(out.done, x, y), a, b)
-    return pick(obs_reset, obs), pick(state_reset, next_state), out
+    state = pick(state_reset, next_state)
+    if type(env).observe is not SwarmEnv.observe:
+        return env.observe(state), state, out
+    return pick(obs_reset, obs), state, out
 
 
 def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
