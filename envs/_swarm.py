@@ -102,11 +102,6 @@ def capture(pos: jax.Array, targets: jax.Array, found: jax.Array, radius: float,
     return newly, credit
 
 
-def uniform_points(key: jax.Array, n: int, low: float, high: float) -> jax.Array:
-    """``[n, 2]`` float32 points uniform in ``[low, high]^2``."""
-    return jax.random.uniform(key, (n, 2), jnp.float32, low, high)
-
-
 # --- observation ---------------------------------------------------------------------
 
 

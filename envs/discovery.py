@@ -90,11 +90,13 @@ class Discovery(SwarmEnv):
     # --- core ----------------------------------------------------------------------
     def reset(self, key: jax.Array) -> tuple[Obs, SwarmState]:
         """Agents and targets uniform over the world; nothing discovered; t = 0."""
-        k_agents, k_targets = jax.random.split(key)
+        # one draw for everything: reset runs on every auto-reset step, keep it cheap
+        u = jax.random.uniform(key, (self.num_agents + self.num_targets, 2), jnp.float32)
+        points = u * self.world_size
         state = SwarmState(
-            pos=_swarm.uniform_points(k_agents, self.num_agents, 0.0, self.world_size),
+            pos=points[: self.num_agents],
             vel=jnp.zeros((self.num_agents, 2), jnp.float32),
-            targets=_swarm.uniform_points(k_targets, self.num_targets, 0.0, self.world_size),
+            targets=points[self.num_agents :],
             found=jnp.zeros(self.num_targets, bool),
             t=jnp.zeros((), jnp.int32),
         )

@@ -98,16 +98,18 @@ class Dispersion(SwarmEnv):
     # --- core ----------------------------------------------------------------------
     def reset(self, key: jax.Array) -> tuple[Obs, SwarmState]:
         """Huddle: agents uniform in a disc of ``huddle_radius``; goals uniform; t = 0."""
-        k_centre, k_r, k_theta, k_goals = jax.random.split(key, 4)
-        r = self.huddle_radius
-        centre = jax.random.uniform(k_centre, (2,), jnp.float32, r, self.world_size - r)
-        rad = r * jnp.sqrt(jax.random.uniform(k_r, (self.num_agents,), jnp.float32))
-        theta = jax.random.uniform(k_theta, (self.num_agents,), jnp.float32, 0.0, 2 * jnp.pi)
+        # one draw for everything: reset runs on every auto-reset step, keep it cheap
+        n, m, r = self.num_agents, self.num_goals, self.huddle_radius
+        u = jax.random.uniform(key, (2 * n + 2 * m + 2,), jnp.float32)
+        centre = r + u[:2] * (self.world_size - 2 * r)
+        rad = r * jnp.sqrt(u[2 : 2 + n])
+        theta = (2 * jnp.pi) * u[2 + n : 2 + 2 * n]
         pos = centre + rad[:, None] * jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
+        goals = u[2 + 2 * n :].reshape(m, 2) * self.world_size
         state = SwarmState(
             pos=jnp.clip(pos, 0.0, self.world_size),
             vel=jnp.zeros((self.num_agents, 2), jnp.float32),
-            targets=_swarm.uniform_points(k_goals, self.num_goals, 0.0, self.world_size),
+            targets=goals,
             found=jnp.zeros(self.num_goals, bool),
             t=jnp.zeros((), jnp.int32),
         )

@@ -19,6 +19,7 @@ import pytest
 
 from envs import render as render_mod
 from envs._swarm import SwarmState
+from envs.base import auto_reset_step
 from envs.discovery import Discovery
 from envs.discovery import greedy_policy as discovery_greedy
 from envs.dispersion import Dispersion
@@ -117,9 +118,13 @@ DISP = Dispersion()  # defaults: 8 agents, 8 goals
 DISC = Discovery()
 
 
+# 3 agents, 2 goals, max speed 0.0625, goal radius 0.05, spread radius 0.25.
+SMALL_DISP = Dispersion(num_agents=3, num_goals=2, goal_radius=0.05, max_speed=0.0625,
+                        spread_radius=0.25, map_size=8)
+
+
 def test_dispersion_goal_counted_once():
-    env = Dispersion(num_agents=3, num_goals=2, goal_radius=0.05, max_speed=0.0625,
-                     map_size=8)
+    env = SMALL_DISP
     goals = [(0.5, 0.5), (0.25, 0.75)]
     # two agents on goal 0 at once; agent 2 one step (0.0625) below goal 1.
     state = make_state([(0.5, 0.5), (0.515625, 0.5), (0.25, 0.6875)], goals)
@@ -139,16 +144,40 @@ def test_dispersion_goal_counted_once():
 
 
 def test_dispersion_spread_reward():
-    env = Dispersion(num_agents=2, num_goals=1, max_speed=0.0625, spread_radius=0.25,
-                     map_size=8)
-    state = make_state([(0.5, 0.5), (0.5625, 0.5)], [(0.0, 0.0)])
-    # agent 1 steps away: nearest-neighbour distance 0.0625 -> 0.125 for both agents.
-    _, nxt, out = jitted_step(env)(jax.random.key(0), state, jnp.array([[0, 0], [1.0, 0]]))
-    np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 0]), [1.0, 1.0], atol=1e-5)
-    # beyond spread_radius there is nothing more to gain.
-    far = make_state([(0.25, 0.5), (0.5625, 0.5)], [(0.0, 0.0)])
-    _, _, out = jitted_step(env)(jax.random.key(0), far, jnp.array([[0, 0], [1.0, 0]]))
-    np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 0]), [0.0, 0.0], atol=1e-6)
+    step, far_away = jitted_step(SMALL_DISP), (0.0, 0.0)
+    state = make_state([(0.5, 0.5), (0.5625, 0.5), far_away], [(1.0, 1.0), (1.0, 0.0)])
+    act = jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    # agent 1 steps away: nearest-neighbour distance 0.0625 -> 0.125 for agents 0 and 1;
+    # agent 2 is beyond spread_radius of everyone before and after: nothing to gain.
+    _, _, out = step(jax.random.key(0), state, act)
+    np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 0]), [1.0, 1.0, 0.0], atol=1e-5)
+    far = make_state([(0.25, 0.5), (0.5625, 0.5), far_away], [(1.0, 1.0), (1.0, 0.0)])
+    _, _, out = step(jax.random.key(0), far, act)
+    np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 0]), [0.0, 0.0, 0.0], atol=1e-6)
+
+
+def test_auto_reset_step_matches_step_and_reset():
+    """base.auto_reset_step observes the selected state once; same obs as step / reset."""
+    env = SMALL_DISP
+
+    @jax.jit
+    def both(key, state, actions):
+        auto = auto_reset_step(env, key, state, actions)
+        key_step, key_reset = jax.random.split(key)
+        return auto, env.step(key_step, state, actions), env.reset(key_reset)
+
+    act = jnp.full((3, 2), 0.5)
+    for t, done in [(0, False), (env.max_steps - 1, True)]:
+        state = make_state([(0.5, 0.5), (0.5625, 0.5), (0.0, 0.0)], [(1.0, 1.0), (1.0, 0.0)],
+                           t=t)
+        (obs, nxt, out), (obs_s, nxt_s, out_s), (obs_r, nxt_r) = both(jax.random.key(t), state,
+                                                                       act)
+        assert bool(out.done) == done
+        want_obs, want_state = (obs_r, nxt_r) if done else (obs_s, nxt_s)
+        for got, want in zip(jax.tree.leaves((obs, nxt)), jax.tree.leaves((want_obs, want_state)),
+                             strict=True):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(out.reward), np.asarray(out_s.reward))
 
 
 # --- jit + vmap with one trace each; huddle at reset -----------------------------------
@@ -322,7 +351,7 @@ def test_256_agents_reset_and_step(env_cls):
     obs, state, out, adj, gstate = go(jax.random.key(0))
     assert obs["maps"].shape == (256, 3, 16, 16) and obs["vec"].shape == (256, 9)
     assert out.skill_rewards.shape == (256, 2) and adj.shape == (256, 256)
-    assert gstate.shape == (4 * 256 + 3 * 256 + 1,)
+    assert gstate.shape == (4 * 256 + 3 * 256 + 1,) and int(state.t) == 1
     adj = np.asarray(adj)
     np.testing.assert_array_equal(adj, adj.T)
     assert (np.diag(adj) == 0).all()
