@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.base import Obs, SwarmEnv
-from envs.pettingzoo_env import key_from_seed
+from envs.pettingzoo_env import Packer, key_from_seed
 
 #: ``executor(key, obs, adj, skills) -> actions``: ``obs`` is the env's obs pytree
 #: (``{"maps": [N, C, H, W], "vec": [N, D]}``), ``adj`` the ``[N, N]`` float32 comm graph,
@@ -57,7 +57,8 @@ def _with_adj(env: SwarmEnv, obs: Obs, state: Any) -> dict[str, jax.Array]:
 
 class _SwarmFns(NamedTuple):
     reset: Callable
-    step: Callable
+    step: Callable  # (key, state, actions) -> (key, state, packed (obs + adj, EnvOut))
+    unpack: Callable
 
 
 @functools.lru_cache(maxsize=32)
@@ -71,12 +72,18 @@ def _build_swarm_fns(env: SwarmEnv) -> _SwarmFns:
         obs, state = env.reset(sub)
         return key, _with_adj(env, obs, state), state
 
+    _, state_shape = jax.eval_shape(env.reset, jax.random.key(0))
+    act_shape = jax.ShapeDtypeStruct((env.num_agents, *env.action_space.shape), jnp.float32)
+    obs_shape, _, out_shape = jax.eval_shape(env.step, jax.random.key(0), state_shape, act_shape)
+    obs_shape = {**obs_shape, "adj": jax.ShapeDtypeStruct((env.num_agents,) * 2, jnp.float32)}
+    packer = Packer((obs_shape, out_shape))
+
     def step(key, state, actions):
         key, sub = jax.random.split(key)
         obs, state, out = env.step(sub, state, actions)
-        return key, _with_adj(env, obs, state), state, out
+        return key, state, packer.pack((_with_adj(env, obs, state), out))
 
-    return _SwarmFns(jax.jit(reset), jax.jit(step))
+    return _SwarmFns(jax.jit(reset), jax.jit(step), packer.unpack)
 
 
 def _swarm_fns(env: SwarmEnv) -> _SwarmFns:
@@ -107,7 +114,7 @@ class _JaxSwarmGymBase(gym.Env):
         self._fns = _swarm_fns(env)
         self._key: jax.Array | None = None
         self._state: Any = None
-        self._obs: dict[str, jax.Array] | None = None
+        self._obs: dict[str, jax.Array] | None = None  # device obs (the executor reads it)
         self._episode_over = True
 
     def reset(
@@ -171,8 +178,8 @@ class SwarmGymEnv(_JaxSwarmGymBase):
             raise ValueError(
                 f"action must have shape {self.action_space.shape}, got {action.shape}"
             )
-        self._key, self._obs, self._state, out = self._fns.step(self._key, self._state, action)
-        obs, out = jax.device_get((self._obs, out))
+        self._key, self._state, packed = self._fns.step(self._key, self._state, action)
+        obs, out = self._fns.unpack(Packer.to_host(packed))
         truncated = bool(out.done)
         self._episode_over = truncated
         team = float(out.team_reward)
