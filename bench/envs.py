@@ -1,0 +1,277 @@
+"""Env throughput: bundled JAX envs vs VMAS, and the PettingZoo adapter, from one run.
+
+    python bench/envs.py                 # defaults: 100 steps, 1 and 1024 envs
+    python bench/envs.py --steps 50 --batch 256 --skip-vmas
+
+What is measured (env-steps/s = parallel envs x steps / seconds):
+
+- Each bundled env (default size) under ``jit(vmap(scan(auto_reset_step)))`` with random
+  actions drawn inside the scan, at 1 and ``--batch`` parallel copies. Compile time is
+  measured separately (AOT ``lower().compile()``) and excluded from the rate. Two
+  observation modes: ``vec`` keeps only ``obs["vec"]`` alive (XLA drops the map
+  computation; comparable to VMAS's vector observations) and ``maps+vec`` keeps the full
+  observation (local C x H x W maps too) alive by folding it into a checksum.
+- VMAS ``discovery`` / ``dispersion`` (if installed: ``pip install -e .[bench]``, CPU
+  torch) with the same agent counts (and targets / goals / coupling) and ``--batch``
+  envs, random actions, torch on CPU, timed over ``--vmas-steps`` steps (its per-step
+  cost is flat). VMAS always computes its vector observations (discovery: lidar rays +
+  own state; dispersion: own state + relative food positions). VMAS does not auto-reset
+  in this loop; ours evaluates the reset branch every step (``auto_reset_step``).
+- The PettingZoo adapter (``pettingzoo.make``), one env of each kind at default size, in
+  a plain Python loop with numpy actions (resets included when episodes end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import envs  # registers the PettingZoo ids
+from envs.base import auto_reset_step
+
+BUNDLED = ("Coverage", "Discovery", "Dispersion")
+GOALS = {"Discovery": 5.0, "Dispersion": 1.0}  # x VMAS, at the large batch
+ADAPTER_GOAL = 3000.0
+
+
+def load_env(name: str):
+    """The bundled env class, or None (with a message) if it is not there yet."""
+    try:
+        return getattr(envs, name)
+    except (ImportError, AttributeError) as err:
+        print(f"[skip] {name}: not available ({err})")
+        return None
+
+
+def make_rollout(env, num_envs: int, steps: int, obs_mode: str):
+    """jit(vmap over envs of a lax.scan over time); returns a scalar checksum."""
+
+    def one_env(key):
+        k_reset, k_run = jax.random.split(key)
+        _, state = env.reset(k_reset)
+
+        def body(carry, k):
+            state, acc = carry
+            k_act, k_step = jax.random.split(k)
+            actions = jax.random.uniform(k_act, (env.num_agents, 2), minval=-1.0, maxval=1.0)
+            obs, state, out = auto_reset_step(env, k_step, state, actions)
+            acc = acc + jnp.sum(out.reward) + jnp.sum(obs["vec"])
+            if obs_mode == "maps+vec":
+                acc = acc + jnp.sum(obs["maps"])
+            return (state, acc), None
+
+        (_, acc), _ = jax.lax.scan(body, (state, jnp.zeros(())), jax.random.split(k_run, steps))
+        return acc
+
+    return jax.jit(lambda key: jnp.sum(jax.vmap(one_env)(jax.random.split(key, num_envs))))
+
+
+def bench_jax(env, num_envs: int, steps: int, obs_mode: str, reps: int):
+    """(env-steps/s, compile seconds) of the scanned rollout.
+
+    Compilation is ahead of time (``lower().compile()``), so the first run is already a
+    timed run; short runs (< 1 s) are repeated ``reps`` more times and the best is kept.
+    """
+    key = jax.random.key(0)
+    t0 = time.perf_counter()
+    compiled = make_rollout(env, num_envs, steps, obs_mode).lower(key).compile()
+    compile_s = time.perf_counter() - t0
+    best = float("inf")
+    for r in range(1 + reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(jax.random.key(r + 1)))
+        best = min(best, time.perf_counter() - t0)
+        if best >= 1.0:
+            break
+    return num_envs * steps / best, compile_s
+
+
+def bench_vmas(scenario: str, num_envs: int, steps: int, reps: int, **kwargs):
+    """env-steps/s of a VMAS scenario on CPU torch, or None if VMAS is not installed."""
+    try:
+        import torch
+        import vmas
+    except ImportError:
+        return None
+    env = vmas.make_env(scenario, num_envs=num_envs, device="cpu", continuous_actions=True,
+                        seed=0, **kwargs)
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+
+    def run(n):
+        for _ in range(n):
+            acts = [torch.rand((num_envs, 2), generator=gen) * 2 - 1 for _ in env.agents]
+            env.step(acts)
+
+    with torch.no_grad():
+        run(2)  # warm-up
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            run(steps)
+            best = min(best, time.perf_counter() - t0)
+            if best >= 5.0:
+                break
+    return num_envs * steps / best
+
+
+def _timed_loop(fn, seconds: float) -> tuple[float, float]:
+    """(calls/s by wall clock, calls/s by this process's CPU time) of ``fn()`` in a loop."""
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        n += 1
+    return n / (time.perf_counter() - t0), n / max(time.process_time() - c0, 1e-9)
+
+
+def bench_adapter(name: str, seconds: float) -> tuple[float, float, float, float]:
+    """PettingZoo adapter (one default-size env) in a Python loop, and its floor.
+
+    Returns ``(wall, cpu)`` env-steps/s of ``env.step(dict of numpy actions)`` (resets
+    included), then ``(wall, cpu)`` of the bare jitted ``env.step`` called from Python
+    with the result pulled to the host: the floor any Python-loop adapter pays.
+    """
+    import pettingzoo
+
+    env = pettingzoo.make("parallel", envs.env_id(name))
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    acts = [
+        {a: rng.uniform(-1, 1, 2).astype(np.float32) for a in env.possible_agents}
+        for _ in range(16)
+    ]
+    i = [0]
+
+    def adapter_step():
+        if not env.agents:
+            env.reset()
+        env.step(acts[i[0] % 16])
+        i[0] += 1
+
+    for _ in range(20):  # warm-up: compile step and reset
+        adapter_step()
+    wall, cpu = _timed_loop(adapter_step, seconds)
+
+    core, key, state = env.env, jax.random.key(0), env.core_state
+    bare = jax.jit(lambda k, s, a: core.step(k, s, a)[::2])  # (obs, out), state dropped
+    a = np.zeros((core.num_agents, 2), np.float32)
+    jax.block_until_ready(bare(key, state, a))
+    floor = _timed_loop(lambda: jax.device_get(bare(key, state, a)), seconds / 2)
+    return wall, cpu, *floor
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=100, help="scan length (time steps)")
+    p.add_argument("--batch", type=int, default=1024, help="parallel envs of the large row")
+    p.add_argument("--reps", type=int, default=2,
+                   help="extra timed repetitions of short runs (best is kept)")
+    p.add_argument("--vmas-steps", type=int, default=10,
+                   help="VMAS steps per timed run (its per-step cost is flat; discovery is slow)")
+    p.add_argument("--adapter-seconds", type=float, default=2.0)
+    p.add_argument("--skip-vmas", action="store_true")
+    args = p.parse_args(argv)
+
+    print(f"# feudal-es env benchmark, {datetime.date.today()}, {cpu_name()}"
+          f" ({os.cpu_count()} cores), jax {jax.__version__} on {jax.default_backend()}")
+    print(f"# {args.steps} steps per rollout, random actions, auto-reset every step; "
+          f"rates are env-steps/s (compile excluded)")
+    print(f"# command: python bench/envs.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    rows = []  # (name, mode, rate@1, rate@B, compile@B)
+    classes = {name: load_env(name) for name in BUNDLED}
+    for name, cls in classes.items():
+        if cls is None:
+            continue
+        env = cls()
+        for mode in ("vec", "maps+vec"):
+            # the single-env row is measured with the full observation only
+            r1 = bench_jax(env, 1, args.steps, mode, args.reps)[0] if mode != "vec" else None
+            rb, cb = bench_jax(env, args.batch, args.steps, mode, args.reps)
+            rows.append((name, mode, r1, rb, cb, env.num_agents))
+            print(f"  measured {name} [{mode}]", file=sys.stderr, flush=True)
+
+    print(f"\n| env | obs mode | agents | 1 env | {args.batch} envs | compile ({args.batch}) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, mode, r1, rb, cb, n in rows:
+        print(f"| {name} | {mode} | {n} | {fmt(r1)} | {fmt(rb)} | {cb:.1f} s |")
+
+    vmas_rates = {}
+    if not args.skip_vmas:
+        for name, scenario in (("Discovery", "discovery"), ("Dispersion", "dispersion")):
+            cls = classes.get(name)
+            if cls is None:
+                continue
+            env = cls()
+            if name == "Discovery":
+                kw = {"n_agents": env.num_agents, "n_targets": env.num_targets,
+                      "agents_per_target": env.coupling}
+            else:
+                kw = {"n_agents": env.num_agents, "n_food": env.num_goals}
+            rate = bench_vmas(scenario, args.batch, args.vmas_steps, args.reps, **kw)
+            if rate is None:
+                print("[skip] VMAS anchors: vmas/torch not installed (pip install -e .[bench])")
+                break
+            vmas_rates[name] = (scenario, kw, rate)
+
+    if vmas_rates:
+        import torch
+        import vmas
+
+        print(f"\nVMAS {vmas.__version__}, torch {torch.__version__} (CPU, "
+              f"{torch.get_num_threads()} threads), {args.batch} envs, vector obs:")
+        print("\n| ours vs VMAS | VMAS env-steps/s | ours vec | ratio | ours maps+vec | ratio "
+              "| goal |")
+        print("|---|---:|---:|---:|---:|---:|---|")
+        for name, (scenario, kw, rate) in vmas_rates.items():
+            ours = {mode: rb for n_, mode, _, rb, _, _ in rows if n_ == name}
+            goal = GOALS[name]
+            rv, rm = ours["vec"] / rate, ours["maps+vec"] / rate
+            verdict = "met" if rv >= goal else "NOT met"
+            args_s = ", ".join(f"{k}={v}" for k, v in kw.items())
+            print(f"| {name} vs {scenario}({args_s}) | {fmt(rate)} | {fmt(ours['vec'])} | "
+                  f"{rv:.1f}x | {fmt(ours['maps+vec'])} | {rm:.1f}x | >= {goal:g}x (vec): "
+                  f"{verdict} |")
+
+    print("\n| PettingZoo adapter, 1 env, default size, Python loop | env-steps/s (wall) "
+          "| by CPU time | floor: bare jitted env.step (wall / CPU) | goal |")
+    print("|---|---:|---:|---:|---|")
+    for name, cls in classes.items():
+        if cls is None:
+            continue
+        wall, cpu, fwall, fcpu = bench_adapter(name, args.adapter_seconds)
+        goal = ""
+        if name == "Coverage":
+            goal = f">= {ADAPTER_GOAL:,.0f}: " + ("met" if wall >= ADAPTER_GOAL else "NOT met")
+        print(f"| {name} | {fmt(wall)} | {fmt(cpu)} | {fmt(fwall)} / {fmt(fcpu)} | {goal} |")
+    print("\n(by CPU time = steps / CPU seconds of this process: what the loop would reach "
+          "if it had a core to itself.)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
