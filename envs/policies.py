@@ -60,9 +60,7 @@ def _centroids(env: Coverage, pos: jax.Array, weights: jax.Array, mask: jax.Arra
 def lloyd_clairvoyant(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
     """Centralized Lloyd step: true density, Voronoi cells of all robots."""
     del key
-    d2 = env.sq_dists(state.pos)
-    owner = jnp.argmin(d2, axis=0)
-    mask = owner[None] == jnp.arange(env.num_agents)[:, None, None]
+    mask, _ = env.voronoi(state.pos)
     target = _centroids(env, state.pos, state.density[None], mask)
     return _toward(env, state.pos, target)
 
@@ -84,7 +82,7 @@ def lloyd_decentralized(key: jax.Array, env: Coverage, state: CoverageState) -> 
 
     # lax.map in chunks keeps memory at O(chunk * N * G^2), not O(N^2 * G^2).
     mask = lax.map(own_cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
-    target = _centroids(env, state.pos, state.sensed, mask)
+    target = _centroids(env, state.pos, env.sensed(state), mask)
     return _toward(env, state.pos, target)
 
 

@@ -199,7 +199,7 @@ def test_density_is_normalised_and_sensing_accumulates(small):
         for i, p in enumerate(pos):
             seen[i] |= ((np.abs(c[None, :] - p[0]) <= env.sensor_radius)
                         & (np.abs(c[:, None] - p[1]) <= env.sensor_radius))
-        sensed = np.asarray(s.sensed)
+        sensed = np.asarray(env.sensed(s))
         np.testing.assert_array_equal(sensed, np.where(seen, density[None], 0.0))
         if out is not None:  # explore skill = newly sensed mass / total mass
             explore = (sensed - prev_sensed).sum(axis=(1, 2)) / density.sum()
@@ -247,7 +247,7 @@ def test_local_maps_match_numpy_windows(small, variant):
     assert obs["maps"].dtype == jnp.float32
     for i in range(env.num_agents):
         np.testing.assert_allclose(np.asarray(obs["maps"][i]),
-                                   np_window(env, np.asarray(s.sensed), pos, i),
+                                   np_window(env, np.asarray(env.sensed(s)), pos, i),
                                    rtol=1e-6, atol=1e-6, err_msg=f"agent {i}")
     np.testing.assert_allclose(np.asarray(obs["vec"]), pos / env.world_size, rtol=1e-6)
     assert float(obs["maps"][0, -1].max()) > 0  # corner robot sees the boundary
@@ -280,7 +280,7 @@ def test_lloyd_policies_match_numpy_centroids(small):
                                np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
     # decentralized: own sensed map, self + comm neighbours only
     members = [[i, *np.nonzero(adj[i])[0].tolist()] for i in range(n)]
-    target = np_lloyd_target(env, pos, np.asarray(s.sensed), members)
+    target = np_lloyd_target(env, pos, np.asarray(env.sensed(s)), members)
     decentralized = jax.jit(lambda s: lloyd_decentralized(None, env, s))
     np.testing.assert_allclose(np.asarray(decentralized(s)),
                                np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
@@ -302,6 +302,20 @@ def test_jit_vmap_batch_traces_once(batched):
     assert out.team_reward.shape == (BATCH,) and out.done.shape == (BATCH,)
     assert bool(jnp.all(jnp.isfinite(out.reward)))
     assert int(state.t[0]) == 2
+
+
+def test_batched_default_size_costs_match_brute_force(batched):
+    """The oracle again at default size, under jit + vmap (where XLA fuses differently)."""
+    env, reset, step, _, keys = batched
+    _, state = reset(keys)
+    actions = np.random.default_rng(1).uniform(-1, 1, (BATCH, env.num_agents, 2))
+    _, state, out = step(keys, state, actions.astype(np.float32))
+    for b in range(3):
+        s = jax.tree.map(lambda x, b=b: np.asarray(x[b]), state)
+        j, per_robot = np_cost(env, s.density, s.pos)
+        np.testing.assert_allclose(s.cell_cost, per_robot, rtol=1e-4, atol=1e-9)
+        np.testing.assert_allclose(float(out.metrics["coverage_cost"][b]), j / float(s.cost0),
+                                   rtol=1e-5)
 
 
 def policy_final_costs(batched, policy) -> np.ndarray:
@@ -327,9 +341,12 @@ def test_lloyd_lowers_coverage_cost_vs_random(batched):
              for name, policy in [("random", random_policy),
                                   ("decentralized", lloyd_decentralized),
                                   ("clairvoyant", lloyd_clairvoyant)]}
-    assert final["random"] > 0.7, final
-    assert final["decentralized"] < 0.75 * final["random"], final
-    assert final["clairvoyant"] < 0.5 * final["random"], final
+    # Measured at this commit (64 envs): random ~1.0, decentralized ~0.45, clairvoyant
+    # ~0.22; the margins below are several standard errors of a 64-env mean wide.
+    assert final["random"] > 0.8, final
+    assert final["decentralized"] < 0.6 * final["random"], final
+    assert final["clairvoyant"] < 0.35 * final["random"], final
+    assert final["clairvoyant"] < final["decentralized"], final  # full knowledge helps
 
 
 @pytest.mark.slow
