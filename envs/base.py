@@ -120,7 +120,7 @@ def auto_reset_step(
     obs_reset, state_reset = env.reset(key_reset)
     pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(out.done, x, y), a, b)
     state = pick(state_reset, next_state)
-    if type(env).observe is not SwarmEnv.observe:
+    if getattr(type(env), "observe", SwarmEnv.observe) is not SwarmEnv.observe:
         return env.observe(state), state, out
     return pick(obs_reset, obs), state, out
 
