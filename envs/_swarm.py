@@ -147,9 +147,10 @@ def observe(state: SwarmState, *, world_size: float, max_speed: float, comm_radi
     neighbour = ((d2_a <= comm_radius * comm_radius) & other).astype(jnp.float32)
 
     # One scatter-add of all entities (targets into channel 0, neighbours into channel 1)
-    # on top of the dense boundary channel 2: measured on CPU under vmap this beats dense
-    # one-hot products (einsum / broadcast) by 2-10x and a stack of per-channel maps by
-    # ~2x (no copies), and it scales to 256 agents (O(N * (N + M)) updates).
+    # on top of the dense boundary channel 2. Measured on CPU under vmap (1024 envs) it is
+    # several times faster than a dense one-hot einsum or broadcast-and-sum, on par with
+    # unrolled one-hot sums but O(N * (N + M)) work, so it also scales to 256 agents.
+    # The maps are memory-bound: writing them costs about as much as computing them.
     hw = map_size * map_size
     cell_t = cell_index(rel_t, sensor_radius, map_size)
     cell_a = cell_index(rel_a, sensor_radius, map_size)
