@@ -301,26 +301,30 @@ def test_comm_graph_maps_vec_match_numpy(env_cls):
 # --- reference policies beat random --------------------------------------------------
 
 
-@functools.cache
-def team_returns(env, greedy_policy, episodes=8):
-    """(greedy, random) team return per episode over common reset keys: one jit."""
+def team_returns(env, greedy_policy):
+    """(greedy, random) team return per episode over BATCH common reset keys.
 
-    def episode(key, use_greedy):
-        _, state = env.reset(key)
-
-        def body(state, k):
+    Reuses the batched reset/step compiled for the trace-count test (a Python loop over
+    time here: only the small policy is compiled anew).
+    """
+    reset, step, _ = batched(env)
+    policy = jax.jit(jax.vmap(lambda k, s: greedy_policy(k, env, s)))
+    keys = jax.random.split(jax.random.key(11), BATCH)
+    rng = np.random.default_rng(0)
+    totals = []
+    for use_greedy in (True, False):
+        _, state = reset(keys)
+        total = np.zeros(BATCH)
+        for _ in range(env.max_steps):
             if use_greedy:
-                a = greedy_policy(k, env, state)
+                acts = policy(keys, state)
             else:
-                a = jax.random.uniform(k, (env.num_agents, 2), minval=-1.0, maxval=1.0)
-            _, state, out = env.step(k, state, a)
-            return state, out.team_reward
-
-        return jnp.sum(jax.lax.scan(body, state, jax.random.split(key, env.max_steps))[1])
-
-    run = jax.jit(jax.vmap(lambda k: (episode(k, True), episode(k, False))))
-    greedy, rand = run(jax.random.split(jax.random.key(11), episodes))
-    return np.asarray(greedy), np.asarray(rand)
+                acts = rng.uniform(-1, 1, (BATCH, env.num_agents, 2)).astype(np.float32)
+            _, state, out = step(keys, state, jnp.asarray(acts))
+            total += np.asarray(out.team_reward)
+        assert bool(np.asarray(out.done).all())
+        totals.append(total)
+    return totals[0], totals[1]
 
 
 @pytest.mark.parametrize("env,policy", [(DISC, discovery_greedy), (DISP, dispersion_greedy)],
