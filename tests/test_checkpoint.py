@@ -413,39 +413,78 @@ def test_damaged_latest_is_reported_with_older_ones(tmp_path):
     assert np.array_equal(load(manager.path(1), {"a": jnp.zeros(2)})[0]["a"], np.zeros(2))
 
 
-_KILLED_WRITER = textwrap.dedent("""
-    import sys
+_WRITER = textwrap.dedent("""
+    import io, sys, time
     import numpy as np
-    from feudal_es.checkpoint import CheckpointManager
-    manager = CheckpointManager(sys.argv[1], keep=2)
+    from feudal_es import checkpoint
+    stall = sys.argv[2] == "stall"
+    if stall:  # from the 3rd save on: write half the bytes, say so, and hang there
+        real = checkpoint._write_payload
+        def half_then_hang(f, items):
+            if int(sys.argv[3]) > 0:
+                return real(f, items)
+            buf = io.BytesIO()
+            real(buf, items)
+            f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+            f.flush()
+            print("mid-write", flush=True)
+            time.sleep(60)  # the parent kills it long before
+        checkpoint._write_payload = half_then_hang
+    manager = checkpoint.CheckpointManager(sys.argv[1], keep=2)
     big = np.zeros(2_000_000, np.float32)
     for step in range(10_000):
         big[:] = step
         manager.save(step, {"big": big, "step": step}, {"step_copy": step})
         print(step, flush=True)
+        sys.argv[3] = str(int(sys.argv[3]) - 1)
 """)
 
 
-def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
-    """SIGKILL a process that saves 8 MB checkpoints back to back, at a random moment
-    (most of its time is spent writing): every listed checkpoint loads and is consistent."""
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
+def _kill_writer(run_dir: Path, how: str) -> None:
+    """Start a process saving 8 MB checkpoints back to back; SIGKILL it after two saves,
+    either mid-write (``"stall"``) or at a random moment (``"random"``)."""
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(run_dir), how, "2"],
                             stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        for _ in range(2):  # two complete saves, then kill somewhere in the next ones
-            assert proc.stdout.readline(), "writer died"
-        time.sleep(np.random.default_rng().uniform(0.0, 0.3))
+        assert [proc.stdout.readline() for _ in range(2)] == ["0\n", "1\n"], "writer died"
+        if how == "stall":
+            assert proc.stdout.readline() == "mid-write\n"
+        else:
+            time.sleep(np.random.default_rng().uniform(0.0, 0.3))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    manager = CheckpointManager(tmp_path, keep=2)
-    found = manager.all()
+
+
+def _check_run_dir(run_dir: Path) -> list[Path]:
+    found = CheckpointManager(run_dir, keep=2).all()
     assert found
     template = {"big": np.zeros(2_000_000, np.float32), "step": 0}
     for path in found:
         tree, meta = load(path, template)
         assert tree["step"] == meta["step"] == meta["step_copy"]
         assert np.all(tree["big"] == tree["step"])
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_mid_write_leaves_previous_checkpoints(tmp_path):
+    """A real SIGKILL with half a checkpoint on disk: the two complete ones are listed and
+    load; the partial file is a temp file nobody lists."""
+    _kill_writer(tmp_path, "stall")
+    assert [p.name for p in _check_run_dir(tmp_path)] == ["ckpt_00000000.npz",
+                                                          "ckpt_00000001.npz"]
+    stray = [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    assert len(stray) == 1 and stray[0].startswith(".ckpt_00000002.npz.tmp-")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("trial", range(10))
+def test_sigkill_at_random_moments(tmp_path, trial):
+    """SIGKILL at random moments (about half land mid-write): all listed checkpoints load."""
+    _kill_writer(tmp_path, "random")
+    _check_run_dir(tmp_path)
 
 
 # ----------------------------------------------------------------------- selectors
