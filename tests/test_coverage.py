@@ -131,8 +131,11 @@ def small():
 
     @jax.jit
     def run(key, actions):
+        def body(state, a):
+            obs, state, out = env.step(key, state, a)
+            return state, (obs, state, out)
+
         obs, state = env.reset(key)
-        body = lambda s, a: (lambda o, s2, out: (s2, (o, s2, out)))(*env.step(key, s, a))
         return (obs, state), jax.lax.scan(body, state, actions)[1]
 
     (obs0, s0), (obs, states, outs) = run(jax.random.key(3), jnp.asarray(actions, jnp.float32))
