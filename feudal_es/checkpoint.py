@@ -82,6 +82,8 @@ _PY_SCALARS = ((bool, "py_bool", np.bool_), (int, "py_int", np.int64),
 
 
 def _py_scalar(x: Any) -> tuple[str, type] | None:
+    if isinstance(x, np.generic):  # np.float64 subclasses float, but it is a numpy leaf
+        return None
     for typ, name, np_type in _PY_SCALARS:  # bool first: it is a subclass of int
         if isinstance(x, typ):
             return name, np_type
@@ -111,10 +113,10 @@ def _encode(x: Any) -> tuple[np.ndarray | None, dict[str, Any]]:
         return None, desc
     scalar = _py_scalar(x)
     if scalar is not None:
-        arr = np.asarray(x, dtype=scalar[1])
-        if arr.item() != x:
-            raise ValueError(f"Python scalar {x!r} does not fit in {arr.dtype}")
-        return arr, desc
+        try:
+            return np.asarray(x, dtype=scalar[1]), desc
+        except OverflowError:
+            raise ValueError(f"Python int {x} does not fit in int64") from None
     if _is_key(x):
         desc["key_impl"] = str(jax.random.key_impl(x))
         x = jax.random.key_data(x)

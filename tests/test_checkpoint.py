@@ -104,7 +104,8 @@ def make_runner(config: ActorConfig = SMALL, seed: int = 0) -> Runner:
               "u8": np.arange(4, dtype=np.uint8),
               "bf16": jax.device_put(rng.random(3).astype(jnp.bfloat16)),
               "lr": jnp.asarray(0.1 * (seed + 1)),  # weakly typed
-              "np_scalar": np.float32(0.25),
+              "np_scalar": np.float32(0.25), "np_f64": np.float64(-0.0),
+              "py_nan": float("nan"), "big_int": 2**62, "py_complex": 1 - 2j,
               "nan": jax.device_put(np.array([np.nan, -np.inf, 1.0], np.float32))}
     keys = jax.random.wrap_key_data(jax.device_put(rng.integers(0, 2**32, (4, 2), np.uint32)))
     return Runner(actor, critic, opt_state, es_state, env_state, jax.random.key(seed + 2),
@@ -130,7 +131,7 @@ def assert_bit_identical(a, b):
             assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
             assert getattr(x, "weak_type", False) == getattr(y, "weak_type", False)
         elif isinstance(x, (bool, int, float, complex)):
-            assert x == y
+            assert np.asarray(x).tobytes() == np.asarray(y).tobytes()  # NaN too
         else:
             assert x is y  # non-array leaves (activation functions) come from the template
 
@@ -147,13 +148,16 @@ def test_round_trip_is_bit_identical(tmp_path, runner):
 
 
 def test_abstract_template(tmp_path, runner):
-    """A template from eqx.filter_eval_shape (no compute) is filled the same way."""
-    path = save(tmp_path / "ckpt.npz", runner)
-    abstract = eqx.filter_eval_shape(make_runner)
+    """A template from eqx.filter_eval_shape (no compute) is filled the same way; numpy
+    leaves come back as jax arrays. (eval_shape turns float64 into float32 without x64, so
+    such a template refuses a float64 leaf, as it should.)"""
+    drop_f64 = lambda r: r._replace(extras={k: v for k, v in r.extras.items() if k != "np_f64"})
+    path = save(tmp_path / "ckpt.npz", drop_f64(runner))
+    abstract = eqx.filter_eval_shape(lambda: drop_f64(make_runner()))
     assert isinstance(abstract.key, jax.ShapeDtypeStruct)
     restored, _ = load(path, abstract)
     as_jax = lambda x: jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x
-    assert_bit_identical(restored, jax.tree.map(as_jax, runner))
+    assert_bit_identical(restored, jax.tree.map(as_jax, drop_f64(runner)))
 
 
 def test_file_layout(tmp_path, runner):
@@ -162,7 +166,7 @@ def test_file_layout(tmp_path, runner):
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
     paths = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_flatten_with_path(runner)[0]
-             if eqx.is_array(x) or isinstance(x, (int, float, np.generic))]
+             if eqx.is_array(x) or isinstance(x, (int, float, complex, np.generic))]
     assert names == {p + ".npy" for p in paths} | {"__feudal_es__.npy"}
     with np.load(path, allow_pickle=False) as npz:  # plain numpy reads every member
         header = npz["__feudal_es__"].tobytes().decode()
@@ -509,4 +513,7 @@ def test_selector_round_trip_and_wrong_length(tmp_path, runner):
 def test_unserialisable_metadata_is_refused_before_writing(tmp_path):
     with pytest.raises(TypeError, match=r"metadata\['fn'\] cannot be stored as JSON"):
         save(tmp_path / "ckpt.npz", {}, {"fn": print})
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match=r"leaf \['n'\]: Python int 2\*\*70|does not fit"):
+        save(tmp_path / "ckpt.npz", {"n": 2**70})
     assert not list(tmp_path.iterdir())
