@@ -268,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "Coverage":
             goal = f">= {ADAPTER_GOAL:,.0f}: " + ("met" if wall >= ADAPTER_GOAL else "NOT met")
         print(f"| {name} | {fmt(wall)} | {fmt(cpu)} | {fmt(fwall)} / {fmt(fcpu)} | {goal} |")
-    print("\n(by CPU time = steps / CPU seconds of this process: what the loop would reach "
-          "if it had a core to itself.)")
+    print("\n(by CPU time = steps / CPU seconds used by this process: less sensitive than wall "
+          "time to other jobs on the same cores, though contention still inflates it.)")
     return 0
 
 
