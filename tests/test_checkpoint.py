@@ -147,6 +147,26 @@ def test_round_trip_is_bit_identical(tmp_path, runner):
     assert restored.extras["lr"].weak_type and isinstance(restored.round, int)
 
 
+def test_restored_state_does_not_retrace(tmp_path, runner):
+    """Same abstract values (dtype, shape, weak type) as the saved state: a jitted step
+    compiled for the original runs the restored state without tracing again (resume).
+    (A Python float NaN is left out: filter_jit treats it as static and nan != nan.)"""
+    runner = runner._replace(extras={k: v for k, v in runner.extras.items() if k != "py_nan"})
+    traces = []
+
+    @eqx.filter_jit
+    def step(state):
+        traces.append(1)
+        return state.extras["lr"] * 2 + state.es.sigma
+
+    step(runner)
+    template = make_runner(seed=1)
+    template = template._replace(extras={k: template.extras[k] for k in runner.extras})
+    restored, _ = load(save(tmp_path / "ckpt.npz", runner), template)
+    step(restored)
+    assert len(traces) == 1
+
+
 def test_abstract_template(tmp_path, runner):
     """A template from eqx.filter_eval_shape (no compute) is filled the same way; numpy
     leaves come back as jax arrays. (eval_shape turns float64 into float32 without x64, so
