@@ -243,8 +243,8 @@ def _differences(found: Any, expected: Any, where: str) -> list[tuple[str, Any, 
             else:
                 out += _differences(found[k], expected[k], sub)
         return out
-    same = found == expected and type(found) is type(expected)
-    return [] if same else [(where, found, expected)]
+    same = found == expected and isinstance(found, bool) == isinstance(expected, bool)
+    return [] if same else [(where, found, expected)]  # 1 == 1.0, but True != 1
 
 
 def _check_expect(path: Path, found: dict[str, Any], expect: Mapping[str, Any] | None) -> None:
@@ -347,7 +347,7 @@ def save_selector(path: PathLike, theta: Any, metadata: Mapping[str, Any] | None
     """Save one flat selector parameter vector (e.g. a run's ``best_selector``) atomically,
     in the same safe format, for ``feudal-es eval`` to load later."""
     arr = np.asarray(jax.device_get(theta))
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number):
+    if arr.ndim != 1 or not jnp.issubdtype(arr.dtype, jnp.number):
         raise ValueError(f"theta must be a 1-D numeric vector, got {arr.dtype}{list(arr.shape)}")
     return _save(path, {_SELECTOR_PATH: theta}, metadata, _SELECTOR)
 

@@ -221,6 +221,9 @@ def test_mismatched_architecture_names_leaf_and_shapes(tmp_path, runner):
         load(path, runner, expect={"env_id": "feudal_es/Discovery-v0"})
     with pytest.raises(CheckpointError, match="mode: checkpoint has '<absent>'"):
         load(path, runner, expect={"mode": "merl"})
+    with pytest.raises(CheckpointError, match="done: checkpoint has 1, expected True"):
+        load(save(tmp_path / "flag.npz", {}, {"done": 1, "lr": 1}), {}, expect={"done": True})
+    load(tmp_path / "flag.npz", {}, expect={"lr": 1.0, "done": 1})  # numbers compare by value
 
 
 def test_missing_and_extra_leaves_are_counted(tmp_path):
