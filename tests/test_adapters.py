@@ -117,9 +117,11 @@ def _core_class(eid: str) -> type[SwarmEnv]:
 @pytest.mark.parametrize("eid", ALL_IDS)
 def test_parallel_api_through_registry(eid):
     """PettingZoo's API test through pettingzoo.make; episodes end by truncation."""
-    env = pettingzoo.make("parallel", eid, **SMALL)
+    env = pettingzoo.make("parallel", eid, render_mode="rgb_array", **SMALL)
     assert isinstance(env, SwarmParallelEnv) and env.unwrapped is env
     parallel_api_test(env, num_cycles=STEPS + 5)
+    frame = env.render()
+    assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
     # the episode has exactly STEPS steps, then agents is empty
     env.reset(seed=1)
     for t in range(STEPS):
