@@ -176,6 +176,9 @@ class SwarmParallelEnv(ParallelEnv):
     channel per entry of ``skill_names``), ``team_reward`` (``float``, the sparse mission
     signal, the same for every agent) and ``metrics`` (``dict[str, float]``).
 
+    Returned arrays are read-only numpy views of the step's one host buffer (fresh every
+    step); copy one before modifying it in place.
+
     Args:
       env: the functional env (e.g. ``envs.coverage.Coverage(num_agents=8)``).
       render_mode: ``None`` or ``"rgb_array"`` (``render()`` then returns ``uint8 [H, W, 3]``).
