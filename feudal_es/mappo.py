@@ -1,0 +1,516 @@
+"""CTDE-MAPPO for the executor: decentralized actor, centralized critic, selector untouched.
+
+Follows Yu et al. 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent
+Games": clipped surrogate, value normalization, clipped (Huber) value loss, GAE,
+advantage normalization, death masking, gradient-norm clipping, and an agent-specific
+global state for the critic (global state + agent id + current skill).
+
+The feudal twist: each agent's reward is the dense channel of the skill it currently
+pursues (``skill_rewards[i, skill_i]``), skills are chosen by the selector every
+``selector_period`` steps, and the optimizer is partitioned with
+:func:`agents.executor_filter` so the selector's leaves (owned by ES) receive no gradient
+and hold no optimizer state.
+
+Two ways to collect, one update:
+
+* :func:`make_train_step` — pure-JAX envs: ``num_steps x num_envs`` collected with
+  ``lax.scan`` over time and ``vmap`` over envs, then the update, all in one ``jit``;
+* ``feudal_es.host`` — any PettingZoo ``ParallelEnv`` via a Python loop, producing the
+  same :class:`Batch` and calling the same :func:`update`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agents import CentralCritic, Directive, FeudalActor, executor_filter
+from envs.base import SwarmEnv, auto_reset_step
+
+
+# ---------------------------------------------------------------------------------------
+# configuration
+# ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MAPPOConfig:
+    """Hyper-parameters of CTDE-MAPPO (frozen, validated; errors name the field)."""
+
+    lr: float = 5e-4  # Adam step size of the executor (actor minus selector)
+    critic_lr: float = 5e-4  # Adam step size of the centralized critic
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_eps: float = 0.2  # PPO ratio clip
+    value_clip_eps: float = 0.2  # value clipping around the old value; 0 disables
+    huber_delta: float = 10.0  # Huber loss delta of the value loss; 0 = squared error
+    epochs: int = 5  # passes over each batch
+    minibatches: int = 2  # minibatches per epoch (split over the T*E swarm samples)
+    ent_coef: float = 0.01  # entropy bonus
+    vf_coef: float = 1.0  # value-loss weight
+    max_grad_norm: float = 10.0  # global-norm clip, actor and critic separately
+    num_envs: int = 8  # E: parallel env copies
+    num_steps: int = 32  # T: steps collected per env and train step
+    selector_period: int = 10  # the feudal time scale: the selector re-decides this often
+    value_norm: bool = True  # normalize value targets with running statistics
+    norm_advantages: bool = True  # standardize advantages over the batch
+    anneal_lr: bool = False  # linear lr decay to 0 over ``anneal_updates`` train steps
+    anneal_updates: int = 1000  # horizon of the lr annealing
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        for name in ("lr", "critic_lr"):
+            _check_number(c, name, getattr(self, name), low=0.0, low_open=True)
+        for name in ("gamma", "gae_lambda"):
+            _check_number(c, name, getattr(self, name), low=0.0, high=1.0)
+        _check_number(c, "clip_eps", self.clip_eps, low=0.0, low_open=True)
+        for name in ("value_clip_eps", "huber_delta", "ent_coef", "vf_coef"):
+            _check_number(c, name, getattr(self, name), low=0.0)
+        _check_number(c, "max_grad_norm", self.max_grad_norm, low=0.0, low_open=True)
+        for name in ("epochs", "minibatches", "num_envs", "num_steps", "selector_period",
+                     "anneal_updates"):
+            _check_int(c, name, getattr(self, name), 1)
+        for name in ("value_norm", "norm_advantages", "anneal_lr"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{c}.{name} must be a bool, got {getattr(self, name)!r}")
+        if (self.num_steps * self.num_envs) % self.minibatches:
+            raise ValueError(
+                f"{c}.minibatches ({self.minibatches}) must divide num_steps * num_envs "
+                f"({self.num_steps} * {self.num_envs})"
+            )
+
+    @property
+    def batch_size(self) -> int:
+        """Swarm samples per train step: ``num_steps * num_envs``."""
+        return self.num_steps * self.num_envs
+
+
+def _check_int(cls: str, name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{cls}.{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{cls}.{name} must be >= {minimum}, got {value}")
+
+
+def _check_number(cls: str, name: str, value: Any, low: float, high: float = math.inf,
+                  low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{cls}.{name} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < low or value > high or (low_open and value == low):
+        lo = "(" if low_open else "["
+        raise ValueError(f"{cls}.{name} must be finite and in {lo}{low}, {high}], got {value}")
+
+
+# ---------------------------------------------------------------------------------------
+# value normalization
+# ---------------------------------------------------------------------------------------
+class ValueNorm(NamedTuple):
+    """Running mean/variance of the value targets (exact, count-weighted merging)."""
+
+    mean: jax.Array  # []
+    var: jax.Array  # []
+    count: jax.Array  # [] number of (unmasked) targets seen
+
+    @classmethod
+    def create(cls) -> ValueNorm:
+        return cls(jnp.zeros(()), jnp.ones(()), jnp.zeros(()))
+
+    def update(self, x: jax.Array, mask: jax.Array) -> ValueNorm:
+        """Merge the masked values ``x`` (Chan et al.'s parallel algorithm): after any
+        sequence of updates, ``mean``/``var`` equal numpy's over all values seen."""
+        mask = mask.astype(jnp.float32)
+        n = mask.sum()
+        batch_mean = (x * mask).sum() / jnp.maximum(n, 1.0)
+        batch_var = (((x - batch_mean) ** 2) * mask).sum() / jnp.maximum(n, 1.0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        mean = self.mean + delta * n / jnp.maximum(total, 1.0)
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / jnp.maximum(
+            total, 1.0)
+        var = jnp.where(self.count > 0, m2 / jnp.maximum(total, 1.0), batch_var)
+        fresh = ValueNorm(mean, var, total)
+        return jax.tree.map(lambda a, b: jnp.where(n > 0, a, b), fresh, self)
+
+    def normalize(self, x: jax.Array) -> jax.Array:
+        return (x - self.mean) / jnp.sqrt(self.var + 1e-8)
+
+    def denormalize(self, x: jax.Array) -> jax.Array:
+        return x * jnp.sqrt(self.var + 1e-8) + self.mean
+
+
+# ---------------------------------------------------------------------------------------
+# state and batch
+# ---------------------------------------------------------------------------------------
+class RolloutState(NamedTuple):
+    """Where the collection left the ``E`` env copies (batched, env axis first)."""
+
+    env_state: Any  # the env's own state pytree, [E, ...]
+    obs: Any  # current observation pytree, [E, N, ...]
+    held: Any  # the held skill [E, N] (or a Directive with sub-goals)
+    ep_t: jax.Array  # [E] int32 steps into the current episode
+    ep_return: jax.Array  # [E] running mean-over-agents dense return of the episode
+    ep_team_return: jax.Array  # [E] running team return of the episode
+
+
+class TrainState(NamedTuple):
+    """Everything a train step reads and writes."""
+
+    actor: FeudalActor
+    critic: CentralCritic
+    actor_opt_state: optax.OptState  # over the executor's leaves only
+    critic_opt_state: optax.OptState
+    value_norm: ValueNorm
+    rollout: RolloutState | None  # None for the host (PettingZoo) path
+    key: jax.Array
+    update_step: jax.Array  # [] int32 train steps done
+    env_steps: jax.Array  # [] int32 swarm steps collected (one per env copy and step)
+
+
+class Batch(NamedTuple):
+    """``T x E`` transitions, time-major; what :func:`update` learns from."""
+
+    obs: Any  # [T, E, N, ...]
+    adj: jax.Array  # [T, E, N, N] comm graph at the observation
+    global_state: jax.Array  # [T, E, G]
+    held: Any  # [T, E, N] skill (or Directive) the action was conditioned on
+    action: jax.Array  # [T, E, N, ...] the policy sample (ActOut.action)
+    log_prob: jax.Array  # [T, E, N] behaviour log-prob
+    value: jax.Array  # [T, E, N] critic output (normalized units when value_norm)
+    reward: jax.Array  # [T, E, N] the current-skill dense reward
+    done: jax.Array  # [T, E, N] float, 1 = the agent's episode ended after this step
+    alive: jax.Array  # [T, E, N] 1 = agent present (death masking)
+    last_value: jax.Array  # [E, N] critic output at the state after the last step
+
+
+def skill_ids(held: Any) -> jax.Array:
+    """The skill indices of a held selector output (array or Directive)."""
+    return held.skill if isinstance(held, Directive) else held
+
+
+def _trainable(actor: FeudalActor) -> tuple[Any, Any]:
+    """Split the actor into (executor params, the rest) with the one selector filter."""
+    return eqx.partition(actor, executor_filter(actor))
+
+
+def make_optimizers(cfg: MAPPOConfig) -> tuple[optax.GradientTransformation, ...]:
+    """Adam (eps 1e-5, as in MAPPO) after global-norm clipping, for actor and critic."""
+
+    def make(lr: float) -> optax.GradientTransformation:
+        if cfg.anneal_lr:
+            lr = optax.linear_schedule(lr, 0.0, cfg.anneal_updates * cfg.epochs * cfg.minibatches)
+        return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+    return make(cfg.lr), make(cfg.critic_lr)
+
+
+def init_learner(key: jax.Array, actor: FeudalActor, critic: CentralCritic,
+                 cfg: MAPPOConfig, rollout: RolloutState | None = None) -> TrainState:
+    """A fresh :class:`TrainState` (optimizer state for executor leaves and critic only)."""
+    actor_tx, critic_tx = make_optimizers(cfg)
+    params, _ = _trainable(actor)
+    return TrainState(
+        actor=actor,
+        critic=critic,
+        actor_opt_state=actor_tx.init(params),
+        critic_opt_state=critic_tx.init(eqx.filter(critic, eqx.is_inexact_array)),
+        value_norm=ValueNorm.create(),
+        rollout=rollout,
+        key=key,
+        update_step=jnp.zeros((), jnp.int32),
+        env_steps=jnp.zeros((), jnp.int32),
+    )
+
+
+def init_rollout(key: jax.Array, env: SwarmEnv, actor: FeudalActor, num_envs: int) -> RolloutState:
+    """Reset ``num_envs`` copies of a functional env."""
+    obs, env_state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+    held = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)),
+                        actor.initial_skill(env.num_agents))
+    zeros = jnp.zeros((num_envs,), jnp.float32)
+    return RolloutState(env_state, obs, held, jnp.zeros((num_envs,), jnp.int32), zeros, zeros)
+
+
+def init_train_state(key: jax.Array, env: SwarmEnv, actor: FeudalActor, critic: CentralCritic,
+                     cfg: MAPPOConfig) -> TrainState:
+    """Learner plus ``cfg.num_envs`` freshly reset env copies."""
+    key_env, key_run = jax.random.split(key)
+    return init_learner(key_run, actor, critic, cfg, init_rollout(key_env, env, actor,
+                                                                   cfg.num_envs))
+
+
+# ---------------------------------------------------------------------------------------
+# GAE
+# ---------------------------------------------------------------------------------------
+def gae(reward: jax.Array, value: jax.Array, done: jax.Array, last_value: jax.Array,
+        gamma: float, lam: float) -> tuple[jax.Array, jax.Array]:
+    """Generalized advantage estimation over time-major ``[T, ...]`` arrays.
+
+    ``done[t]`` means the episode ended with step ``t`` (the next value is not
+    bootstrapped; fixed-horizon episodes are treated as terminal). ``done`` broadcasts
+    against ``reward``. Returns ``(advantages, returns)``, both like ``reward``.
+    """
+    done = jnp.broadcast_to(jnp.reshape(done, done.shape + (1,) * (reward.ndim - done.ndim)),
+                            reward.shape).astype(jnp.float32)
+
+    def body(carry, xs):
+        next_adv, next_value = carry
+        r, v, d = xs
+        delta = r + gamma * next_value * (1.0 - d) - v
+        adv = delta + gamma * lam * (1.0 - d) * next_adv
+        return (adv, v), adv
+
+    init = (jnp.zeros_like(last_value), last_value)
+    _, adv = jax.lax.scan(body, init, (reward, value, done), reverse=True)
+    return adv, adv + value
+
+
+# ---------------------------------------------------------------------------------------
+# the update (shared by the JAX and the host path)
+# ---------------------------------------------------------------------------------------
+def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def _value_loss(err: jax.Array, delta: float) -> jax.Array:
+    if delta > 0:
+        return optax.huber_loss(err, delta=delta)
+    return 0.5 * err**2
+
+
+def _loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOConfig):
+    actor_params, critic_params = params
+    actor = eqx.combine(actor_params, rest[0])
+    critic = eqx.combine(critic_params, rest[1])
+    log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["held"], mb["action"])
+    value = jax.vmap(critic)(mb["global_state"], skill_ids(mb["held"]))
+    mask = mb["alive"]
+
+    log_ratio = log_prob - mb["log_prob"]
+    ratio = jnp.exp(log_ratio)
+    adv = mb["advantage"]
+    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+    policy_loss = -_masked_mean(surrogate, mask)
+    entropy_mean = _masked_mean(entropy, mask)
+
+    target = mb["target"]
+    value_loss = _value_loss(value - target, cfg.huber_delta)
+    if cfg.value_clip_eps > 0:
+        clipped = mb["value"] + jnp.clip(value - mb["value"], -cfg.value_clip_eps,
+                                         cfg.value_clip_eps)
+        value_loss = jnp.maximum(value_loss, _value_loss(clipped - target, cfg.huber_delta))
+    value_loss = _masked_mean(value_loss, mask)
+
+    total = policy_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * value_loss
+    stats = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy_mean,
+        "approx_kl": _masked_mean((ratio - 1.0) - log_ratio, mask),
+        "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32),
+                                      mask),
+    }
+    return total, stats
+
+
+def update(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, dict]:
+    """GAE, value-norm update, then ``epochs x minibatches`` clipped-PPO steps (pure).
+
+    Only the executor's leaves of the actor (``agents.executor_filter``) and the critic
+    are differentiated and updated; selector leaves pass through bit-identical.
+    """
+    vn = ts.value_norm
+    denorm = vn.denormalize if cfg.value_norm else (lambda v: v)
+    value = denorm(batch.value)
+    advantage, returns = gae(batch.reward, value, batch.done, denorm(batch.last_value),
+                             cfg.gamma, cfg.gae_lambda)
+    alive = batch.alive.astype(jnp.float32)
+    if cfg.value_norm:
+        vn = vn.update(returns, alive)
+        target = vn.normalize(returns)
+    else:
+        target = returns
+    if cfg.norm_advantages:
+        mean = _masked_mean(advantage, alive)
+        std = jnp.sqrt(_masked_mean((advantage - mean) ** 2, alive))
+        advantage = (advantage - mean) / (std + 1e-8)
+
+    flat = lambda x: x.reshape((cfg.batch_size, *x.shape[2:]))
+    data = {
+        "obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
+        "held": batch.held, "action": batch.action, "log_prob": batch.log_prob,
+        "value": batch.value, "alive": alive, "advantage": advantage, "target": target,
+    }
+    data = jax.tree.map(flat, data)
+
+    actor_tx, critic_tx = make_optimizers(cfg)
+    actor_params, actor_rest = _trainable(ts.actor)
+    critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
+    rest = (actor_rest, critic_rest)
+    grad_fn = jax.grad(_loss, has_aux=True)
+
+    def minibatch_step(carry, mb):
+        params, opt_states = carry
+        grads, stats = grad_fn(params, rest, mb, cfg)
+        a_upd, a_opt = actor_tx.update(grads[0], opt_states[0], params[0])
+        c_upd, c_opt = critic_tx.update(grads[1], opt_states[1], params[1])
+        params = (eqx.apply_updates(params[0], a_upd), eqx.apply_updates(params[1], c_upd))
+        stats["grad_norm"] = optax.tree.norm(grads[0])
+        return (params, (a_opt, c_opt)), stats
+
+    def epoch(carry, key):
+        perm = jax.random.permutation(key, cfg.batch_size)
+        shuffled = jax.tree.map(
+            lambda x: x[perm].reshape((cfg.minibatches, -1, *x.shape[1:])), data)
+        return jax.lax.scan(minibatch_step, carry, shuffled)
+
+    key, key_update = jax.random.split(ts.key)
+    carry = ((actor_params, critic_params), (ts.actor_opt_state, ts.critic_opt_state))
+    (params, opt_states), stats = jax.lax.scan(epoch, carry,
+                                               jax.random.split(key_update, cfg.epochs))
+    metrics = {k: v.mean() for k, v in stats.items()}
+    residual = returns - value
+    metrics["explained_variance"] = 1.0 - _masked_mean(
+        (residual - _masked_mean(residual, alive)) ** 2, alive) / (
+        _masked_mean((returns - _masked_mean(returns, alive)) ** 2, alive) + 1e-8)
+    metrics["value_mean"] = _masked_mean(value, alive)
+    metrics["skill_reward"] = _masked_mean(batch.reward, alive)
+    new = ts._replace(
+        actor=eqx.combine(params[0], actor_rest),
+        critic=eqx.combine(params[1], critic_rest),
+        actor_opt_state=opt_states[0],
+        critic_opt_state=opt_states[1],
+        value_norm=vn,
+        key=key,
+        update_step=ts.update_step + 1,
+    )
+    return new, metrics
+
+
+# ---------------------------------------------------------------------------------------
+# pure-JAX collection
+# ---------------------------------------------------------------------------------------
+def _skill_reward(skill_rewards: jax.Array, held: Any) -> jax.Array:
+    """``skill_rewards[i, skill_i]`` for every agent: [..., N, K] -> [..., N]."""
+    ids = skill_ids(held)
+    return jnp.take_along_axis(skill_rewards, ids[..., None], axis=-1)[..., 0]
+
+
+def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
+            deterministic: bool = False) -> tuple[TrainState, Batch, dict]:
+    """Run ``num_steps`` steps of every env copy with the current actor (``lax.scan``
+    over time, ``vmap`` over envs). Returns the advanced state, the batch and rollout
+    statistics (completed-episode returns, dense and team reward per step)."""
+    actor, critic = ts.actor, ts.critic
+    period = cfg.selector_period
+
+    def policy(key, obs, adj, held, t):
+        return actor.step(key, obs, adj, held, t, period, deterministic)
+
+    def one_step(carry, key):
+        ro: RolloutState = carry
+        k_act, k_env = jax.random.split(key)
+        e = ro.ep_t.shape[0]
+        adj = jax.vmap(env.comm_graph)(ro.env_state)
+        gstate = jax.vmap(env.global_state)(ro.env_state)
+        held, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.held, ro.ep_t)
+        value = jax.vmap(critic)(gstate, skill_ids(held))
+        obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
+            env, jax.random.split(k_env, e), ro.env_state, out.env_action)
+        reward = _skill_reward(eo.skill_rewards, held)
+        ep_return = ro.ep_return + eo.reward.mean(-1)
+        ep_team = ro.ep_team_return + eo.team_reward
+        step = dict(
+            obs=ro.obs, adj=adj, global_state=gstate, held=held, action=out.action,
+            log_prob=out.log_prob, value=value, reward=reward, done=eo.done,
+            env_reward=eo.reward.mean(-1), team_reward=eo.team_reward,
+            finished_return=ep_return, finished_team=ep_team,
+        )
+        keep = lambda x: jnp.where(eo.done, 0.0, x)
+        ro = RolloutState(env_state, obs, held, jnp.where(eo.done, 0, ro.ep_t + 1),
+                          keep(ep_return), keep(ep_team))
+        return ro, step
+
+    key, key_collect = jax.random.split(ts.key)
+    ro, traj = jax.lax.scan(one_step, ts.rollout, jax.random.split(key_collect, cfg.num_steps))
+    last_gs = jax.vmap(env.global_state)(ro.env_state)
+    # the value of the state after the last step, under the skill the agents would hold
+    last_adj = jax.vmap(env.comm_graph)(ro.env_state)
+    last_held = jax.vmap(lambda o, a, h, t: actor.select_skills(o, a, h, t, period))(
+        ro.obs, last_adj, ro.held, ro.ep_t)
+    last_value = jax.vmap(critic)(last_gs, skill_ids(last_held))
+    batch = Batch(
+        obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], held=traj["held"],
+        action=traj["action"], log_prob=traj["log_prob"], value=traj["value"],
+        reward=traj["reward"],
+        done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),
+        alive=jnp.ones(traj["reward"].shape, jnp.float32), last_value=last_value,
+    )
+    done = traj["done"].astype(jnp.float32)
+    episodes = done.sum()
+    stats = {
+        "episodes": episodes,
+        "episode_return": jnp.where(episodes > 0, (traj["finished_return"] * done).sum()
+                                    / jnp.maximum(episodes, 1.0), jnp.nan),
+        "team_return": jnp.where(episodes > 0, (traj["finished_team"] * done).sum()
+                                 / jnp.maximum(episodes, 1.0), jnp.nan),
+        "env_reward": traj["env_reward"].mean(),
+        "team_reward": traj["team_reward"].mean(),
+    }
+    ts = ts._replace(rollout=ro, key=key, env_steps=ts.env_steps + cfg.batch_size)
+    return ts, batch, stats
+
+
+def make_train_step(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,
+                                                                                    dict]]:
+    """``train_step(ts) -> (ts, metrics)``: collect ``num_steps x num_envs`` and update,
+    in one ``jit``. ``metrics`` holds the rollout statistics (``episode_return``,
+    ``team_return``, ``env_reward``, ``team_reward``, ``episodes``), the losses
+    (``policy_loss``, ``value_loss``, ``entropy``), ``approx_kl``, ``clip_fraction``,
+    ``explained_variance``, ``grad_norm`` and ``env_steps``. Wrap it with
+    :func:`timed` for SPS."""
+
+    @eqx.filter_jit
+    def train_step(ts: TrainState) -> tuple[TrainState, dict]:
+        ts, batch, rollout_stats = collect(env, ts, cfg)
+        ts, metrics = update(ts, batch, cfg)
+        metrics.update(rollout_stats)
+        metrics["env_steps"] = ts.env_steps
+        return ts, metrics
+
+    return train_step
+
+
+def make_rollout(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,
+                                                                                 dict]]:
+    """Collection only, jitted: the reference for the training overhead (bench)."""
+
+    @eqx.filter_jit
+    def rollout(ts: TrainState) -> tuple[TrainState, dict]:
+        ts, batch, stats = collect(env, ts, cfg)
+        stats["checksum"] = batch.reward.sum() + batch.log_prob.sum()  # keep it all live
+        return ts, stats
+
+    return rollout
+
+
+def timed(step: Callable[[TrainState], tuple[TrainState, dict]], steps_per_call: int):
+    """Wrap a (jitted) step so its metrics also carry ``sps`` (swarm steps per second,
+    host wall time, blocking on the result) as Python floats."""
+    import time
+
+    def run(ts: TrainState) -> tuple[TrainState, dict]:
+        t0 = time.perf_counter()
+        ts, metrics = step(ts)
+        metrics = jax.device_get(metrics)
+        elapsed = time.perf_counter() - t0
+        out = {k: float(v) for k, v in metrics.items()}
+        out["sps"] = steps_per_call / elapsed
+        return ts, out
+
+    return run
