@@ -391,6 +391,8 @@ def merl_coexist(
     gstate0: Any = None,
     population_fn: FitnessFn | None = None,
     on_round: Callable[[int, Any, ESState, dict], None] | None = None,
+    es_state0: ESState | None = None,
+    generation_fn: Callable[[jax.Array, ESState, Any], tuple[ESState, dict]] | None = None,
 ) -> tuple[jax.Array, Any, list]:
     """The MERL interleave of gradient and ES on disjoint leaves (reference API).
 
@@ -407,12 +409,26 @@ def merl_coexist(
     the default ``'sgd'`` is exactly the reference). ``on_round(outer, gstate,
     es_state, info)``, if given, runs after each round (logging, checkpoints).
 
+    Two optional extensions (defaults keep the reference behaviour):
+
+    * ``es_state0`` — start from this :class:`ESState` instead of ``init(theta0, es_cfg)``
+      (resume: σ, optimizer moments and the generation counter carry over; the mean is
+      still replaced by ``sync_in`` at step (b));
+    * ``generation_fn(key, es_state, gstate) -> (es_state, info)`` — a prebuilt batched
+      generation (e.g. ``jit`` of :func:`generation` with the fitness reading the current
+      executor out of ``gstate`` as an argument, so it is compiled once and never bakes a
+      stale executor in as a constant). It takes precedence over ``population_fn``.
+
     Returns ``(theta_final, gstate_final, history)``.
     """
-    state = init(theta0, es_cfg)
+    state = init(theta0, es_cfg) if es_state0 is None else es_state0
     gstate = gstate0
     history: list = []
-    step_batched = make_generation(population_fn, es_cfg) if population_fn else None
+    step_batched = None
+    if generation_fn is not None:
+        step_batched = lambda key, state: generation_fn(key, state, gstate)
+    elif population_fn:
+        step_batched = make_generation(population_fn, es_cfg)
     for outer in range(int(n_outer)):
         key, key_round = jax.random.split(key)
         for _ in range(int(grad_steps_per_outer)):

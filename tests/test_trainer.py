@@ -1,0 +1,212 @@
+"""Oracles for ESTrainer: batched population fitness vs the per-member eval_fn (and the ES
+update vs the reference es_step on them), the MERL partition after one round (executor
+leaves = MAPPO's step exactly, selector leaves = ES's generation exactly), the es / mappo
+ablation modes, an exact checkpoint round trip, stop-and-resume reproducing the
+uninterrupted history, and config / env-id errors that name the cause.
+
+All trainers share one tiny Coverage setup (3 robots, 12-step episodes), so the jitted
+train step, rollouts and generation compile once per session (``trainer._jax_fns``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import equinox as eqx
+import jax
+import jax.flatten_util
+import numpy as np
+import pytest
+
+from agents import executor_filter, selector_filter, selector_theta
+from feudal_es import es
+from feudal_es.trainer import ESTrainer, TrainerConfig, chain_key, parse_assignment, resolve_env
+
+TINY_ACTOR = dict(cnn_channels=[4], cnn_strides=[2], cnn_out=8, vec_hidden=[16], vec_out=8,
+                  gnn_hops=2, gnn_layers=1, gnn_features=16, embed_hidden=[], embed_dim=16,
+                  executor_hidden=[16])
+TINY = TrainerConfig(
+    env="feudal_es/Coverage-v0",
+    env_kwargs=dict(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3),
+    n_outer=3, episodes=2, seed=0,
+    es=dict(pop_size=4, sigma=0.5, lr=0.1, optimizer="adam"),
+    mappo=dict(num_envs=4, num_steps=12, epochs=2, minibatches=2, selector_period=4),
+    actor=TINY_ACTOR, critic=dict(hidden=[32]), checkpoint_every=1, gif=False,
+)
+VOLATILE = ("wall_time", "round_time", "sps", "mappo/sps")  # host timing, not results
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
+
+
+def assert_trees_equal(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb, strict=True):
+        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def stable(history):
+    return [{k: v for k, v in h.items() if k not in VOLATILE} for h in history]
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    """A trainer whose executor is randomised: a fresh executor's actions are ~0 for any
+    skill (small output gain), which would make every selector equally fit."""
+    t = ESTrainer(TINY, tmp_path_factory.mktemp("run") / "fixture")
+    params, rest = eqx.partition(t.ts.actor, executor_filter(t.ts.actor))
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    noisy = unravel(flat + 0.5 * jax.random.normal(jax.random.key(5), flat.shape))
+    t.ts = t.ts._replace(actor=eqx.combine(noisy, rest))
+    return t
+
+
+# --- fitness ------------------------------------------------------------------------------
+def test_population_fitness_equals_per_member_eval_fn(trainer):
+    key = jax.random.key(7)
+    theta = selector_theta(trainer.ts.actor)
+    thetas = theta + 5.0 * jax.random.normal(jax.random.key(1), (4, theta.shape[0]))
+    thetas = thetas.at[3].set(thetas[0])  # a repeated member
+    batched = np.asarray(trainer.population_fitness(thetas, key))
+    per_member = np.array([trainer.eval_fn(t, key) for t in thetas], np.float32)
+    np.testing.assert_allclose(batched, per_member, rtol=1e-6, atol=1e-6)
+    assert len(set(np.round(batched, 6).tolist())) > 1, "members should differ (oracle not vacuous)"
+    assert batched[3] == batched[0]  # common random numbers: same theta, same episodes
+
+
+def test_batched_generation_equals_reference_es_step(trainer):
+    """The trainer's jitted generation (what merl_coexist runs) makes the same update as
+    the reference per-member ``es_step`` with ``eval_fn`` on the generation's eval key."""
+    cfg = dataclasses.replace(trainer.es_cfg, optimizer="sgd")  # es_step starts fresh
+    theta = selector_theta(trainer.ts.actor)
+    key = jax.random.key(11)
+    _, key_eval = jax.random.split(key)
+    ref, info = es.es_step(theta, lambda t: trainer.eval_fn(t, key_eval), cfg, key)
+    rollouts = trainer._rollouts
+    actor, eps = trainer.ts.actor, trainer.config.episodes
+
+    def fitness(thetas, k):
+        return rollouts(actor, thetas, jax.random.split(k, eps))[0].mean(axis=1)
+
+    state, dev_info = es.generation(key, es.init(theta, cfg), fitness, cfg)
+    np.testing.assert_allclose(np.asarray(state.mean), np.asarray(ref), rtol=1e-6, atol=1e-7)
+    assert float(dev_info["best_fitness"]) == pytest.approx(info["best_fitness"], abs=1e-6)
+
+
+# --- one MERL round: who changes what -----------------------------------------------------------
+def test_one_merl_round_partitions_the_leaves(trainer, tmp_path):
+    t = ESTrainer(TINY, tmp_path / "merl")
+    ts0, es0 = t.ts, t.es_state
+    t.run(rounds=1)
+    # executor (and critic): exactly one MAPPO train step from the initial state
+    ts1, _ = t._train_step(ts0)
+    got_exec = eqx.filter(t.ts.actor, executor_filter(t.ts.actor))
+    want_exec = eqx.filter(ts1.actor, executor_filter(ts1.actor))
+    assert_trees_equal(got_exec, want_exec)
+    assert_trees_equal(eqx.filter(t.ts.critic, eqx.is_array), eqx.filter(ts1.critic, eqx.is_array))
+    # MAPPO left the selector bit-identical ...
+    np.testing.assert_array_equal(selector_theta(ts1.actor), selector_theta(ts0.actor))
+    # ... and the selector is exactly ES's generation on it, with round 0's chain key
+    _, key_round = jax.random.split(chain_key(t._es_key, 0))
+    state = es0._replace(mean=selector_theta(ts1.actor))
+    want, _ = t._generation(key_round, state, ts1.actor)
+    np.testing.assert_array_equal(np.asarray(selector_theta(t.ts.actor)), np.asarray(want.mean))
+    assert not np.array_equal(np.asarray(want.mean), np.asarray(es0.mean))
+    assert int(t.es_state.generation) == 1
+    row = t.history[0]
+    assert row["round"] == 0 and row["fitness_best"] is not None and "mappo/policy_loss" in row
+
+
+def test_es_mode_freezes_executor_and_mappo_mode_freezes_selector(tmp_path):
+    t_es = ESTrainer(dataclasses.replace(TINY, mode="es"), tmp_path / "es")
+    before = t_es.ts
+    t_es.run(rounds=1)
+    assert_trees_equal(eqx.filter(t_es.ts.actor, executor_filter(t_es.ts.actor)),
+                       eqx.filter(before.actor, executor_filter(before.actor)))
+    assert not np.array_equal(selector_theta(t_es.ts.actor), selector_theta(before.actor))
+    assert int(t_es.ts.update_step) == 0
+
+    t_pp = ESTrainer(dataclasses.replace(TINY, mode="mappo"), tmp_path / "mappo")
+    before = t_pp.ts
+    t_pp.run(rounds=1)
+    assert_trees_equal(eqx.filter(t_pp.ts.actor, selector_filter(t_pp.ts.actor)),
+                       eqx.filter(before.actor, selector_filter(before.actor)))
+    assert int(t_pp.ts.update_step) == 1
+    row = t_pp.history[0]
+    assert row["fitness_best"] is None and isinstance(row["selector_fitness"], float)
+
+
+# --- run directory, checkpoints, resume ----------------------------------------------------------
+def test_run_dir_checkpoint_round_trip_and_resume(tmp_path):
+    full = ESTrainer(TINY, tmp_path / "full")
+    full.run()
+    d = full.run_dir
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert json.loads((d / "config.json").read_text()) == TINY.to_dict()
+    assert (d / "learning_curve.png").stat().st_size > 0
+    assert (d / "best_selector.npz").is_file()
+    assert sorted(p.name for p in d.glob("ckpt_*.npz")) == [
+        "ckpt_00000001.npz", "ckpt_00000002.npz", "ckpt_00000003.npz"]
+
+    # exact round trip of the newest checkpoint
+    back = ESTrainer.from_checkpoint(d / "ckpt_00000003.npz")
+    assert_trees_equal(back.ts, full.ts)
+    assert_trees_equal(back.es_state, full.es_state)
+    assert back.round == 3 and back.best_fitness == full.best_fitness
+    assert back.history == json.loads(json.dumps(full.history))
+
+    # stop after one round, resume in a "new process" (fresh trainer from the run dir)
+    part = ESTrainer(TINY, tmp_path / "part")
+    part.run(rounds=1)
+    resumed = ESTrainer.resume(tmp_path / "part")
+    assert resumed.round == 1
+    resumed.run()
+    assert stable(resumed.history) == stable(full.history)
+    assert_trees_equal(resumed.ts, full.ts)
+    assert_trees_equal(resumed.es_state, full.es_state)
+    rows = [json.loads(line) for line in (tmp_path / "part" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+
+
+def test_resume_refuses_another_architecture(tmp_path):
+    t = ESTrainer(TINY, tmp_path / "a")
+    t.save_checkpoint()
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    # tamper with the checkpoint's source of truth: a trainer of another width must refuse it
+    other = ESTrainer(TINY.override({"critic.hidden": [16]}), tmp_path / "a")
+    from feudal_es.checkpoint import CheckpointError, CheckpointManager
+
+    with pytest.raises(CheckpointError, match="critic"):
+        CheckpointManager(tmp_path / "a").load_latest(other._ckpt_tree(), other._expect())
+    assert cfg["critic"]["hidden"] == [32]
+
+
+# --- config and env errors ----------------------------------------------------------------------
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="mode"):
+        TrainerConfig(mode="both")
+    with pytest.raises(ValueError, match=r"TrainerConfig.es: .*sigma"):
+        TrainerConfig(es=dict(sigma=-1.0))
+    with pytest.raises(ValueError, match=r"did you mean.*pop_size"):
+        TrainerConfig(es=dict(pop_sise=8))
+    with pytest.raises(ValueError, match=r"did you mean.*n_outer"):
+        TrainerConfig.from_dict({"n_outr": 3})
+    with pytest.raises(TypeError, match="episodes"):
+        TrainerConfig(episodes=2.5)
+    assert TrainerConfig.from_dict(TINY.to_dict()) == TINY
+    assert TINY.override({"es.sigma": 0.2, "n_outer": 5}).es_config.sigma == 0.2
+    assert parse_assignment("env_kwargs.num_agents=4") == ("env_kwargs.num_agents", 4)
+    assert parse_assignment("mode=es") == ("mode", "es")
+
+
+def test_unknown_env_id_suggests_close_ids():
+    with pytest.raises(ValueError, match=r"did you mean \['feudal_es/Coverage-v0'"):
+        resolve_env("feudal_es/Coverag-v0")
+    with pytest.raises(TypeError, match="num_agentz"):
+        resolve_env("feudal_es/Coverage-v0", {"num_agentz": 3})
