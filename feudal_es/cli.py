@@ -1,83 +1,360 @@
-"""``feudal-es`` command line.
+"""``feudal-es`` command line: train, evaluate and render feudal swarms.
 
 Subcommands:
-  demo   the bundled default job: ES on a classic benchmark function, with progress
-         (replaced by swarm training once the trainer lands).
+  train   MERL training (ES selector + MAPPO executor) on a bundled or registered env
+  eval    compare saved selectors on identical episodes (table or JSON)
+  envs    list trainable env ids (bundled and PettingZoo-registered)
+  render  write an episode GIF of a run or checkpoint
+  demo    a CPU-sized training run on a bundled env (what `make demo` runs)
+
+Every command takes ``--import MODULE`` (repeatable): the module is imported before env
+ids are resolved, so envs it registers with ``pettingzoo.register`` can be named.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import math
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-import jax
-import jax.numpy as jnp
-from tqdm import tqdm
+# A compact actor for CPU runs: the default CNN/GNN sizes compile and run slowly on a
+# laptop-class CPU; this one keeps `feudal-es demo` within a couple of minutes.
+DEMO_ACTOR = dict(cnn_channels=[8], cnn_strides=[2], cnn_out=16, vec_hidden=[32], vec_out=16,
+                  gnn_hops=2, gnn_layers=1, gnn_features=32, embed_hidden=[], embed_dim=32,
+                  executor_hidden=[32])
+DEMO_CONFIG: dict[str, Any] = dict(
+    env="feudal_es/Coverage-v0",
+    env_kwargs=dict(num_agents=4, max_steps=40, grid_size=24, map_size=8, num_features=4),
+    mode="merl",
+    n_outer=15,
+    grad_steps_per_outer=4,
+    episodes=4,
+    es=dict(pop_size=16, sigma=0.1, lr=0.05, optimizer="adam"),
+    mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8),
+    actor=DEMO_ACTOR,
+    critic=dict(hidden=[64, 64]),
+    checkpoint_every=5,
+)
 
-from feudal_es import es
-from feudal_es.objectives import OBJECTIVES, batched
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042,
+         40: 2.021, 60: 2.000, 120: 1.980}
 
-OPTIMA = {"sphere": 0.0, "rosenbrock": 1.0, "rastrigin": 0.0}
+
+def t_critical(df: int) -> float:
+    """Two-sided 95% Student-t critical value (table, rounded down to the nearest df)."""
+    if df < 1:
+        return math.nan
+    best = max(k for k in _T975 if k <= df)
+    return _T975[best] if df <= 120 else 1.960
 
 
-def _demo(args: argparse.Namespace) -> int:
-    cfg = es.ESConfig(pop_size=args.pop, sigma=args.sigma, lr=args.lr, kind=args.kind,
-                      elite_frac=args.elite_frac, optimizer=args.optimizer)
-    fitness = OBJECTIVES[args.fn]
-    theta0 = jnp.zeros(args.dim).at[0].set(-1.0)
-    chunk = max(1, min(args.chunk, args.generations))
-    step = jax.jit(lambda k, s: es.evolve(k, s, batched(fitness), cfg, chunk))
-    state = es.init(theta0, cfg)
-    key = jax.random.key(args.seed)
-    print(f"feudal-es demo: {cfg.kind.upper()} ({cfg.optimizer}) on {args.fn}, dim={args.dim}, "
-          f"population={cfg.num_candidates}, {args.generations} generations")
-    print(f"start: fitness {float(fitness(theta0)):.4f}")
+# ---------------------------------------------------------------------------------------
+# shared helpers
+# ---------------------------------------------------------------------------------------
+def _enable_compile_cache() -> None:
+    """Persist XLA compilations across runs (compile time dominates on CPU). Uses
+    ``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/feudal-es/jax``; set
+    ``FEUDAL_ES_COMPILE_CACHE=0`` to disable."""
+    if os.environ.get("FEUDAL_ES_COMPILE_CACHE", "1") == "0":
+        return
+    import jax
+
+    path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "feudal-es" / "jax")
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+    except OSError:
+        pass  # read-only home etc.: just compile
+
+
+def _import_modules(names: Sequence[str] | None) -> None:
+    for name in names or ():
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ValueError(f"--import {name}: {e}") from None
+
+
+def _load_trainer(path: str, env: str | None = None):
+    """An ESTrainer holding a run's newest checkpoint (a run dir) or one checkpoint file."""
+    from feudal_es.checkpoint import CheckpointManager
+    from feudal_es.trainer import ESTrainer
+
+    p = Path(path)
+    if p.is_dir():
+        latest = CheckpointManager(p).latest()
+        if latest is None:
+            raise ValueError(f"{p} holds no checkpoint (ckpt_*.npz); is it a run directory?")
+        p = latest
+    elif not p.exists():
+        raise ValueError(f"{p} does not exist (expected a run directory or a checkpoint file)")
+    return ESTrainer.from_checkpoint(p, env=env), p
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return "nan" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
+
+
+# ---------------------------------------------------------------------------------------
+# train / demo
+# ---------------------------------------------------------------------------------------
+def _train_config(args: argparse.Namespace, base: dict[str, Any] | None = None):
+    from feudal_es.trainer import TrainerConfig, parse_assignment
+
+    cfg = TrainerConfig.load(args.config) if args.config else TrainerConfig.from_dict(
+        base or {})
+    sets: dict[str, Any] = {}
+    if getattr(args, "env", None):
+        sets["env"] = args.env
+    if getattr(args, "mode", None):
+        sets["mode"] = args.mode
+    if getattr(args, "n_outer", None) is not None:
+        sets["n_outer"] = args.n_outer
+    if getattr(args, "seed", None) is not None:
+        sets["seed"] = args.seed
+    for text in args.set or ():
+        k, v = parse_assignment(text)
+        sets[k] = v
+    return cfg.override(sets) if sets else cfg
+
+
+def _run_training(trainer, progress: bool) -> int:
+    cfg = trainer.config
+    print(f"feudal-es: training {cfg.env} ({trainer.env.kind} path), mode {cfg.mode}, "
+          f"{cfg.n_outer} rounds from round {trainer.round}, "
+          f"population {trainer.es_cfg.num_candidates} x {cfg.episodes} episodes, "
+          f"selector {trainer.selector_size} parameters", flush=True)
     t0 = time.perf_counter()
-    done = 0
-    with tqdm(total=args.generations, unit="gen", dynamic_ncols=True) as bar:
-        while done < args.generations:
-            key, sub = jax.random.split(key)
-            state, info = step(sub, state)
-            done += chunk
-            bar.update(chunk)
-            bar.set_postfix(best=f"{float(info['best_fitness'][-1]):.4g}",
-                            mean=f"{float(info['mean_fitness'][-1]):.4g}",
-                            sigma=f"{float(state.sigma):.3g}")
-    elapsed = time.perf_counter() - t0
-    final = float(fitness(state.mean))
-    distance = float(jnp.linalg.norm(state.mean - OPTIMA[args.fn]))
-    print(f"result: fitness {final:.5f} (optimum 0), distance to optimum {distance:.4f}, "
-          f"{done} generations in {elapsed:.1f}s ({done / elapsed:.0f} gen/s incl. compile)")
-    print("theta:", [round(float(x), 4) for x in state.mean[:8]])
+    trainer.run(progress=progress)
+    last = trainer.history[-1] if trainer.history else {}
+    paths = trainer.paths
+    print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
+          f"selector fitness {_fmt(last.get('selector_fitness'))} "
+          f"(best {_fmt(trainer.best_fitness)}), {last.get('env_steps', 0)} MAPPO env steps")
+    print(f"run dir:        {paths['run_dir']}")
+    print(f"metrics:        {paths['metrics']}")
+    print(f"learning curve: {paths['plot'] if paths['plot'].exists() else '(not written)'}")
+    print(f"best selector:  {paths['best_selector']}")
+    ckpt = sorted(Path(paths["run_dir"]).glob("ckpt_*.npz"))
+    print(f"checkpoint:     {ckpt[-1] if ckpt else '(none)'}")
+    print(f"episode GIF:    {paths['gif'] if paths['gif'].exists() else '(not written)'}")
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from feudal_es.trainer import ESTrainer
+
+    if args.resume:
+        if args.config or args.set or args.env or args.mode or args.out:
+            raise ValueError("--resume continues a run with its own config; only --n-outer "
+                             "may be given with it")
+        trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer)
+    else:
+        trainer = ESTrainer(_train_config(args), args.out)
+    return _run_training(trainer, progress=not args.no_progress)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from feudal_es.trainer import ESTrainer
+
+    args.config = None
+    cfg = _train_config(args, DEMO_CONFIG)
+    print("feudal-es demo: MERL on a bundled swarm env with a compact actor sized for a CPU "
+          "(see DEMO_ACTOR in feudal_es/cli.py); `feudal-es train --help` for the full tool.")
+    return _run_training(ESTrainer(cfg, args.out), progress=not args.no_progress)
+
+
+# ---------------------------------------------------------------------------------------
+# eval
+# ---------------------------------------------------------------------------------------
+def _eval(args: argparse.Namespace) -> int:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from agents import selector_theta
+    from feudal_es.checkpoint import load_selector
+
+    trainer, ckpt = _load_trainer(args.run, env=args.env)
+    size = trainer.selector_size
+    names, thetas = [], []
+    for path in args.selector or ():
+        theta, _ = load_selector(path, expected_size=size)
+        names.append(str(path))
+        thetas.append(jnp.asarray(theta, jnp.float32))
+    if not names:  # default: the run's best selector and the checkpoint's current one
+        best = ckpt.parent / "best_selector.npz"
+        if best.is_file():
+            names.append(str(best))
+            thetas.append(load_selector(best, expected_size=size)[0])
+        names.append(f"{ckpt} (current selector)")
+        thetas.append(selector_theta(trainer.ts.actor))
+    episodes = args.episodes or max(trainer.config.episodes, 16)
+    if episodes < 2:
+        raise ValueError("--episodes must be >= 2 (a standard deviation needs two)")
+    key = jax.random.key(args.seed)
+    returns, metrics = trainer.rollout_stats(jnp.stack(thetas), key, episodes=episodes)
+    rows = []
+    tcrit = t_critical(episodes - 1)
+    for i, name in enumerate(names):
+        r = np.asarray(returns[i], np.float64)
+        mean, std = float(r.mean()), float(r.std(ddof=1))
+        half = tcrit * std / math.sqrt(episodes)
+        row = {"selector": name, "episodes": episodes, "fitness_mean": mean,
+               "fitness_std": std, "ci95": [mean - half, mean + half]}
+        for k, v in metrics.items():
+            row[k] = float(np.mean(v[i]))
+        rows.append(row)
+    result = {"env": trainer.config.env, "checkpoint": str(ckpt), "seed": args.seed,
+              "episodes": episodes, "selectors": rows}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    metric_names = sorted(metrics)
+    print(f"{trainer.config.env}: {len(rows)} selectors on the same {episodes} episodes "
+          f"(seed {args.seed}), executor of {ckpt}")
+    header = ["selector", "team fitness (mean ± std)", "95% CI", *metric_names]
+    table = [[r["selector"], f"{r['fitness_mean']:.4f} ± {r['fitness_std']:.4f}",
+              f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}]",
+              *[f"{r[m]:.4f}" for m in metric_names]] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+    print(line(header))
+    print(line(["-" * w for w in widths]))
+    for t in table:
+        print(line(t))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# envs / render
+# ---------------------------------------------------------------------------------------
+def _envs(args: argparse.Namespace) -> int:
+    import pettingzoo
+
+    import envs
+
+    bundled = set(envs.register_bundled_envs())
+    ids = sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+    if args.json:
+        print(json.dumps([{"id": i, "bundled": i in bundled} for i in ids], indent=2))
+        return 0
+    print("bundled (pure-JAX path):")
+    for i in sorted(bundled):
+        print(f"  {i}")
+    others = [i for i in ids if i not in bundled]
+    print("registered with PettingZoo (host path; may need the env's own extras):")
+    for i in others:
+        print(f"  {i}")
+    print("Also accepted: 'module:attr' naming a SwarmEnv class or a ParallelEnv factory.")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from feudal_es.checkpoint import load_selector
+
+    trainer, _ = _load_trainer(args.run)
+    theta = load_selector(args.selector, expected_size=trainer.selector_size)[0] if \
+        args.selector else None
+    out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
+    if out is None:
+        return 1
+    print(f"episode GIF: {out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# parser
+# ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="feudal-es", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                        help="import MODULE first (repeatable), e.g. one that registers "
+                             "envs with pettingzoo.register")
+    parser = argparse.ArgumentParser(prog="feudal-es", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="ES on a benchmark function (the bundled default job)")
-    demo.add_argument("--fn", choices=sorted(OBJECTIVES), default="rosenbrock")
-    demo.add_argument("--dim", type=int, default=4)
-    demo.add_argument("--generations", type=int, default=5000)
-    demo.add_argument("--chunk", type=int, default=250, help="generations per jitted call")
-    demo.add_argument("--pop", type=int, default=64)
-    demo.add_argument("--sigma", type=float, default=0.02)
-    demo.add_argument("--lr", type=float, default=0.02)
-    demo.add_argument("--kind", choices=["nes", "cem"], default="nes")
-    demo.add_argument("--elite-frac", type=float, default=0.25)
-    demo.add_argument("--optimizer", choices=["sgd", "adam"], default="adam")
-    demo.add_argument("--seed", type=int, default=0)
+
+    def training_args(p: argparse.ArgumentParser, env_default: str | None) -> None:
+        p.add_argument("--env", default=env_default,
+                       help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`)")
+        p.add_argument("--mode", choices=["merl", "es", "mappo"],
+                       help="merl: ES + MAPPO; es: executor frozen; mappo: selector frozen")
+        p.add_argument("--n-outer", type=int, help="outer MERL rounds")
+        p.add_argument("--seed", type=int)
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a config entry (repeatable), e.g. es.sigma=0.1, "
+                            "env_kwargs.num_agents=4, actor.embed_dim=32")
+        p.add_argument("--out", help="run directory (default runs/<env>-<mode>-<time>)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    train = sub.add_parser("train", parents=[common], help="train a feudal swarm",
+                           description="MERL training: MAPPO on the executor, ES on the "
+                                       "selector, interleaved each outer round.")
+    training_args(train, None)
+    train.add_argument("--config", help="TrainerConfig as a JSON file (fields of "
+                                        "feudal_es.trainer.TrainerConfig)")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue a run from its newest checkpoint")
+    train.set_defaults(func=_train)
+
+    ev = sub.add_parser("eval", parents=[common], help="compare saved selectors",
+                        description="Evaluate selectors with a run's executor on identical "
+                                    "episodes: mean ± std and 95%% CI of team fitness, plus "
+                                    "the env's metrics at the end of each episode.")
+    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT")
+    ev.add_argument("--selector", nargs="+", action="extend", metavar="PATH",
+                    help="selector files (default: the run's best_selector.npz and the "
+                         "checkpoint's current selector)")
+    ev.add_argument("--env", help="evaluate on another env id of the same shapes")
+    ev.add_argument("--episodes", type=int, help="episodes (default max(16, config))")
+    ev.add_argument("--seed", type=int, default=12345, help="seed of the episodes")
+    ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ev.set_defaults(func=_eval)
+
+    en = sub.add_parser("envs", parents=[common], help="list trainable env ids",
+                        description="List bundled and PettingZoo-registered env ids.")
+    en.add_argument("--json", action="store_true")
+    en.set_defaults(func=_envs)
+
+    rd = sub.add_parser("render", parents=[common], help="episode GIF of a run",
+                        description="Write a deterministic episode of a run's actor as a GIF.")
+    rd.add_argument("run", metavar="RUN_OR_CHECKPOINT")
+    rd.add_argument("--out", required=True, help="GIF path")
+    rd.add_argument("--selector", metavar="PATH", help="use this selector file")
+    rd.add_argument("--seed", type=int, default=0, help="seed of the episode")
+    rd.set_defaults(func=_render)
+
+    demo = sub.add_parser("demo", parents=[common], help="CPU-sized training run "
+                                                          "(what `make demo` runs)",
+                          description="Train a feudal swarm on a bundled env with a compact "
+                                      "actor and a small budget, then print the run "
+                                      "directory, learning curve and GIF paths.")
+    training_args(demo, None)
     demo.set_defaults(func=_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from feudal_es.checkpoint import CheckpointError
+
     try:
+        _enable_compile_cache()
+        _import_modules(args.imports)
         return args.func(args)
-    except (ValueError, TypeError) as err:  # configuration errors: say which, no traceback
+    except (ValueError, TypeError, CheckpointError, FloatingPointError) as err:
+        # configuration / input errors: say which, no traceback
         print(f"feudal-es {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -993,14 +993,21 @@ class ESTrainer:
         return trainer
 
     @classmethod
-    def from_checkpoint(cls, path: str | os.PathLike) -> ESTrainer:
-        """A trainer holding the state of one checkpoint file (for eval / render)."""
+    def from_checkpoint(cls, path: str | os.PathLike, env: str | None = None) -> ESTrainer:
+        """A trainer holding the state of one checkpoint file (for eval / render).
+
+        ``env`` evaluates on another env id; its networks must have the same shapes (the
+        checkpoint's structure is still checked leaf by leaf)."""
         path = Path(path)
         meta = checkpoint.read_metadata(path)
         if "config" not in meta:
             raise checkpoint.CheckpointError(f"{path} has no trainer config in its metadata")
-        trainer = cls(TrainerConfig.from_dict(meta["config"]), path.parent)
-        tree, meta = checkpoint.load(path, trainer._ckpt_tree(), expect=trainer._expect())
+        config = TrainerConfig.from_dict(meta["config"])
+        if env is not None:
+            config = dataclasses.replace(config, env=env)
+        trainer = cls(config, path.parent)
+        expect = trainer._expect() if env is None else None
+        tree, meta = checkpoint.load(path, trainer._ckpt_tree(), expect=expect)
         trainer.ts = tree["train_state"]
         trainer.es_state = tree["es_state"]
         trainer.round = int(tree["round"])

@@ -1,0 +1,20 @@
+"""Session-wide test setup.
+
+One persistent XLA compilation cache per test session (a fresh temporary directory, so
+nothing carries over between sessions): the CLI tests run ``feudal-es`` as subprocesses,
+and with the cache they reuse what the in-process tests already compiled for the same
+tiny configuration instead of compiling it again in every process. Must run before jax
+is imported, hence here. An explicit ``JAX_COMPILATION_CACHE_DIR`` is respected.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="feudal-es-test-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)

@@ -1,0 +1,223 @@
+"""The ``feudal-es`` CLI as a user runs it: subprocesses of ``python -m feudal_es.cli``.
+
+``train`` with a tiny JSON config, killed (SIGKILL) after its first checkpoint and
+``--resume``d — the resumed history equals an uninterrupted in-process run; ``eval`` of
+two saved selectors on identical episodes; ``envs`` listing an env that an ``--import``ed
+module registers; ``render``; and a custom PettingZoo env, defined and registered in this
+module, trained end to end through ``--import``. Compilations are shared with the
+in-process tests through the session's persistent XLA cache (conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pettingzoo
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+# --- a custom PettingZoo env, registered on import (the subprocesses `--import test_cli`) ----
+class CliLine(pettingzoo.ParallelEnv):
+    """Three agents on a line, each rewarded for approaching its own goal; the team reward
+    (in ``infos``) is paid at the end: minus the mean final distance. No state(), no
+    comm_graph(), no skill rewards: DESIGN.md's defaults apply."""
+
+    metadata = {"name": "cli_line_v0"}  # noqa: RUF012
+
+    def __init__(self, max_cycles: int = 8):
+        self.possible_agents = ["a0", "a1", "a2"]
+        self.agents = []
+        self.max_cycles = max_cycles
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def _obs(self):
+        return {a: np.array([self.pos[a], self.goal[a]], np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.pos = {a: float(rng.uniform(-1, 1)) for a in self.agents}
+        self.goal = {a: float(rng.uniform(-1, 1)) for a in self.agents}
+        self.t = 0
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        rewards = {}
+        for a in self.agents:
+            before = abs(self.pos[a] - self.goal[a])
+            self.pos[a] = float(np.clip(self.pos[a] + 0.3 * float(actions[a][0]), -1.5, 1.5))
+            rewards[a] = before - abs(self.pos[a] - self.goal[a])
+        done = self.t >= self.max_cycles
+        team = -float(np.mean([abs(self.pos[a] - self.goal[a]) for a in self.agents])) \
+            if done else 0.0
+        obs = self._obs()
+        infos = {a: {"team_reward": team} for a in self.agents}
+        flags = {a: False for a in self.agents}
+        trunc = {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, flags, trunc, infos
+
+
+pettingzoo.register("parallel", "tests/CliLine-v0", entry_point=CliLine)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
+    return env
+
+
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "feudal_es.cli", *args], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, f"feudal-es {args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    from test_trainer import TINY
+
+    d = tmp_path_factory.mktemp("cli")
+    (d / "tiny.json").write_text(json.dumps(TINY.to_dict()))
+    return d
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(work):
+    """``train`` (3 rounds) SIGKILLed once its first checkpoint is on disk, then
+    ``train --resume``. Returns (run dir, resume stdout)."""
+    run = work / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "feudal_es.cli", "train", "--config", "tiny.json", "--out",
+         str(run), "--set", "gif=true"], cwd=work, env=_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (run / "ckpt_00000001.npz").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "no first checkpoint within 240 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "episode.gif").exists()  # it did not get to the end
+    out = cli("train", "--resume", str(run), cwd=work).stdout
+    return run, out
+
+
+# --- tests ----------------------------------------------------------------------------------
+def test_help_on_every_command(work):
+    from feudal_es.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == {"train", "eval", "envs", "render", "demo"}
+    for name, p in sub.choices.items():
+        assert "--import" in p.format_help(), name
+    proc = cli("train", "--help", cwd=work)
+    assert "--resume" in proc.stdout and "--set KEY=VALUE" in proc.stdout
+
+
+def test_train_killed_then_resumed_equals_uninterrupted_run(work, killed_and_resumed):
+    from test_trainer import TINY, stable
+
+    from feudal_es.trainer import ESTrainer
+
+    run, out = killed_and_resumed
+    for line in ("run dir:", "learning curve:", "episode GIF:"):
+        assert line in out
+    assert str(run) in out
+    assert (run / "episode.gif").is_file() and (run / "learning_curve.png").is_file()
+    assert (run / "best_selector.npz").is_file() and (run / "config.json").is_file()
+    rows = metrics(run)
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    full = ESTrainer(TINY, work / "uninterrupted")
+    full.run()
+    assert stable(rows) == stable(full.history)
+
+
+def test_eval_compares_two_selectors_on_identical_episodes(work, killed_and_resumed):
+    run, _ = killed_and_resumed
+    other = work / "other.npz"
+    from feudal_es.checkpoint import load_selector, save_selector
+
+    theta, meta = load_selector(run / "best_selector.npz")
+    save_selector(other, np.asarray(theta) + 0.5, meta)  # a different selector
+    sels = [str(run / "best_selector.npz"), str(other), str(run / "best_selector.npz")]
+    res = json.loads(cli("eval", str(run), "--selector", *sels, "--episodes", "4", "--json",
+                         cwd=work).stdout)
+    rows = res["selectors"]
+    assert [r["selector"] for r in rows] == sels and res["episodes"] == 4
+    assert rows[0]["fitness_mean"] == rows[2]["fitness_mean"]  # same selector, same episodes
+    for r in rows:
+        lo, hi = r["ci95"]
+        assert lo <= r["fitness_mean"] <= hi and "coverage_cost" in r
+    table = cli("eval", str(run), "--selector", *sels, "--episodes", "4", cwd=work).stdout
+    assert "95% CI" in table and "coverage_cost" in table and "±" in table
+
+
+def test_render_writes_an_episode_gif(work, killed_and_resumed):
+    run, _ = killed_and_resumed
+    out = work / "episode.gif"
+    cli("render", str(run), "--out", str(out), cwd=work)
+    with Image.open(out) as im:  # reset + 12 steps at 100 ms (Pillow merges equal frames)
+        total = 0
+        for i in range(im.n_frames):
+            im.seek(i)
+            total += im.info["duration"]
+    assert total == 13 * 100
+
+
+def test_envs_lists_bundled_and_imported_ids(work):
+    res = json.loads(cli("envs", "--import", "test_cli", "--json", cwd=work).stdout)
+    ids = {r["id"]: r["bundled"] for r in res}
+    assert ids["feudal_es/Coverage-v0"] is True and ids["tests/CliLine-v0"] is False
+
+
+def test_unknown_env_is_a_clear_error(work):
+    proc = cli("train", "--env", "feudal_es/Coverag-v0", "--no-progress", cwd=work, check=False)
+    assert proc.returncode == 2
+    assert "unknown env 'feudal_es/Coverag-v0'" in proc.stderr
+    assert "feudal_es/Coverage-v0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_custom_pettingzoo_env_trains_through_the_cli(work):
+    from test_trainer import TINY_ACTOR
+
+    cfg = {"env": "tests/CliLine-v0", "n_outer": 2, "episodes": 2, "num_skills": 2,
+           "es": {"pop_size": 4, "sigma": 0.5}, "actor": TINY_ACTOR,
+           "critic": {"hidden": [32]},
+           "mappo": {"num_envs": 2, "num_steps": 8, "epochs": 1, "minibatches": 1,
+                     "selector_period": 4}}
+    (work / "line.json").write_text(json.dumps(cfg))
+    out = cli("train", "--import", "test_cli", "--config", "line.json", "--out", "line",
+              "--no-progress", cwd=work).stdout
+    assert "host path" in out
+    rows = metrics(work / "line")
+    assert [r["round"] for r in rows] == [0, 1]
+    assert all(r["fitness_best"] is not None and r["mappo/policy_loss"] is not None
+               for r in rows)
+    assert (work / "line" / "ckpt_00000002.npz").is_file()
