@@ -30,14 +30,15 @@ DEMO_ACTOR = dict(cnn_channels=[8], cnn_strides=[2], cnn_out=16, vec_hidden=[32]
                   gnn_hops=2, gnn_layers=1, gnn_features=32, embed_hidden=[], embed_dim=32,
                   executor_hidden=[32])
 DEMO_CONFIG: dict[str, Any] = dict(
-    env="feudal_es/Coverage-v0",
-    env_kwargs=dict(num_agents=4, max_steps=40, grid_size=24, map_size=8, num_features=4),
+    env="feudal_es/Dispersion-v0",
+    env_kwargs=dict(num_agents=4, max_steps=40, map_size=8),
     mode="merl",
-    n_outer=15,
+    n_outer=20,
     grad_steps_per_outer=4,
     episodes=4,
     es=dict(pop_size=16, sigma=0.1, lr=0.05, optimizer="adam"),
-    mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8),
+    mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
+               lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
     actor=DEMO_ACTOR,
     critic=dict(hidden=[64, 64]),
     checkpoint_every=5,
@@ -134,7 +135,12 @@ def _run_training(trainer, progress: bool) -> int:
           f"population {trainer.es_cfg.num_candidates} x {cfg.episodes} episodes, "
           f"selector {trainer.selector_size} parameters", flush=True)
     t0 = time.perf_counter()
-    trainer.run(progress=progress)
+    try:
+        trainer.run(progress=progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted after {trainer.round} rounds; continue with: feudal-es train "
+              f"--resume {trainer.run_dir}", file=sys.stderr)
+        return 130
     last = trainer.history[-1] if trainer.history else {}
     paths = trainer.paths
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "

@@ -795,6 +795,12 @@ class ESTrainer:
                     generation_fn=(None if self._generation is None else
                                    lambda k, s, ts: self._generation(k, s, ts.actor)),
                 )
+        except KeyboardInterrupt:
+            # keep every completed round: checkpoint it unless the last one already is
+            mgr = checkpoint.CheckpointManager(self.run_dir)
+            if self.round > start and mgr.latest() != mgr.path(self.round):
+                self.save_checkpoint()
+            raise
         finally:
             self._wall_offset = self._wall()
             self._t_start = 0.0
@@ -821,9 +827,8 @@ class ESTrainer:
         """After each round: fitness of the current selector, log row, artefacts."""
         cfg = self.config
         r = self.round
-        self.ts, self.es_state = ts, es_state
         theta = selector_theta(ts.actor)
-        ret, env_metrics = self.rollout_stats(theta[None], self._eval_key)
+        ret, env_metrics = self.rollout_stats(theta[None], self._eval_key, actor=ts.actor)
         fitness = float(ret.mean())
         now = time.perf_counter()
         dt = now - self._t_round
@@ -850,8 +855,9 @@ class ESTrainer:
         row["round_time"] = dt
         row["wall_time"] = self._wall()
         row = _clean(row)
-        self.history.append(row)
-        self.round = r + 1
+        # commit the round in one statement (an interrupt sees all of it or none)
+        self.ts, self.es_state, self.round, self.history = ts, es_state, r + 1, [
+            *self.history, row]
         improved = fitness > self.best_fitness
         if improved:
             self.best_fitness = fitness
@@ -982,6 +988,9 @@ class ESTrainer:
             config = dataclasses.replace(config, n_outer=int(n_outer))
         trainer = cls(config, run_dir)
         tree, meta = mgr.load_latest(trainer._ckpt_tree(), expect=trainer._expect())
+        if n_outer is not None:  # the run's config.json says what it now runs to
+            _write_text_atomic(trainer.paths["config"],
+                               json.dumps(config.to_dict(), indent=2) + "\n")
         trainer.ts = tree["train_state"]
         trainer.es_state = tree["es_state"]
         trainer.round = int(tree["round"])
