@@ -470,7 +470,7 @@ class _HostEvaluator:
                    else 1.0 - np.eye(spec.num_agents, dtype=np.float32))
             adj = adj * alive[:, None] * alive[None, :]
             key, sub = jax.random.split(key)
-            held, out = self._policy(actor, sub, stacked, adj, held, t)
+            held, out = self._policy(actor, sub, stacked, adj, held, np.asarray(t, np.int32))
             act = np.asarray(out.env_action)
             discrete = not hasattr(spec.action_space, "low")
             acts = {a: (int(act[i]) if discrete else act[i].astype(spec.action_space.dtype))

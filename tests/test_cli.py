@@ -1,11 +1,12 @@
 """The ``feudal-es`` CLI as a user runs it: subprocesses of ``python -m feudal_es.cli``.
 
-``train`` with a tiny JSON config, killed (SIGKILL) after its first checkpoint and
-``--resume``d — the resumed history equals an uninterrupted in-process run; ``eval`` of
-two saved selectors on identical episodes; ``envs`` listing an env that an ``--import``ed
-module registers; ``render``; and a custom PettingZoo env, defined and registered in this
-module, trained end to end through ``--import``. Compilations are shared with the
-in-process tests through the session's persistent XLA cache (conftest.py).
+``train`` with a tiny JSON config (its history equals the Python API's for the same
+config; a slow test SIGKILLs it after its first checkpoint and ``--resume``s it to the
+same history); ``eval`` of two saved selectors on identical episodes; ``envs`` listing
+an env that an ``--import``ed module registers; ``render``; and a custom PettingZoo env,
+defined and registered in this module, trained end to end through ``--import``.
+Compilations are shared with the in-process tests through the session's persistent XLA
+cache (conftest.py).
 """
 
 from __future__ import annotations
@@ -109,22 +110,11 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def killed_and_resumed(work):
-    """``train`` (3 rounds) SIGKILLed once its first checkpoint is on disk, then
-    ``train --resume``. Returns (run dir, resume stdout)."""
+def trained(work):
+    """``feudal-es train`` with the tiny config (3 rounds, final GIF): (run dir, stdout)."""
     run = work / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "feudal_es.cli", "train", "--config", "tiny.json", "--out",
-         str(run), "--set", "gif=true"], cwd=work, env=_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not (run / "ckpt_00000001.npz").exists() and proc.poll() is None:
-        assert time.monotonic() < deadline, "no first checkpoint within 240 s"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (run / "episode.gif").exists()  # it did not get to the end
-    out = cli("train", "--resume", str(run), cwd=work).stdout
+    out = cli("train", "--config", "tiny.json", "--out", str(run), "--set", "gif=true",
+              cwd=work).stdout
     return run, out
 
 
@@ -141,26 +131,50 @@ def test_help_on_every_command(work):
     assert "--resume" in proc.stdout and "--set KEY=VALUE" in proc.stdout
 
 
-def test_train_killed_then_resumed_equals_uninterrupted_run(work, killed_and_resumed):
-    from test_trainer import TINY, stable
+def test_train_writes_the_run_and_matches_the_python_api(work, trained):
+    from test_trainer import TINY, assert_history_close
 
     from feudal_es.trainer import ESTrainer
 
-    run, out = killed_and_resumed
+    run, out = trained
     for line in ("run dir:", "learning curve:", "episode GIF:"):
         assert line in out
     assert str(run) in out
-    assert (run / "episode.gif").is_file() and (run / "learning_curve.png").is_file()
-    assert (run / "best_selector.npz").is_file() and (run / "config.json").is_file()
+    for name in ("episode.gif", "learning_curve.png", "best_selector.npz", "config.json",
+                 "ckpt_00000003.npz"):
+        assert (run / name).is_file(), name
     rows = metrics(run)
     assert [r["round"] for r in rows] == [0, 1, 2]
-    full = ESTrainer(TINY, work / "uninterrupted")
+    full = ESTrainer(TINY, work / "in-process")  # same config and seed, same history
     full.run()
-    assert stable(rows) == stable(full.history)
+    assert_history_close(rows, full.history)
 
 
-def test_eval_compares_two_selectors_on_identical_episodes(work, killed_and_resumed):
-    run, _ = killed_and_resumed
+@pytest.mark.slow
+def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
+    """SIGKILL once the first checkpoint is on disk, then ``train --resume``: the history
+    equals the uninterrupted CLI run's."""
+    from test_trainer import assert_history_close
+
+    run = work / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "feudal_es.cli", "train", "--config", "tiny.json", "--out",
+         str(run), "--no-progress"], cwd=work, env=_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (run / "ckpt_00000001.npz").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "no first checkpoint within 240 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    out = cli("train", "--resume", str(run), "--no-progress", cwd=work).stdout
+    assert "from round" in out
+    assert_history_close(metrics(run), metrics(trained[0]))
+
+
+def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys,
+                                                          monkeypatch):
+    run, _ = trained
     other = work / "other.npz"
     from feudal_es.checkpoint import load_selector, save_selector
 
@@ -175,12 +189,18 @@ def test_eval_compares_two_selectors_on_identical_episodes(work, killed_and_resu
     for r in rows:
         lo, hi = r["ci95"]
         assert lo <= r["fitness_mean"] <= hi and "coverage_cost" in r
-    table = cli("eval", str(run), "--selector", *sels, "--episodes", "4", cwd=work).stdout
+    from feudal_es import cli as cli_module  # the table, in-process (same compiled code)
+
+    monkeypatch.chdir(work)
+    assert cli_module.main(["eval", str(run), "--selector", *sels, "--episodes", "4"]) == 0
+    table = capsys.readouterr().out
     assert "95% CI" in table and "coverage_cost" in table and "±" in table
+    line = next(x for x in table.splitlines() if x.startswith(str(other)))
+    assert f"{rows[1]['fitness_mean']:.4f} ± {rows[1]['fitness_std']:.4f}" in line
 
 
-def test_render_writes_an_episode_gif(work, killed_and_resumed):
-    run, _ = killed_and_resumed
+def test_render_writes_an_episode_gif(work, trained):
+    run, _ = trained
     out = work / "episode.gif"
     cli("render", str(run), "--out", str(out), cwd=work)
     with Image.open(out) as im:  # reset + 12 steps at 100 ms (Pillow merges equal frames)

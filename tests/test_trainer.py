@@ -53,6 +53,21 @@ def stable(history):
     return [{k: v for k, v in h.items() if k not in VOLATILE} for h in history]
 
 
+def assert_history_close(a, b):
+    """Same rows and keys; ints / None / the ES and fitness columns exact; MAPPO's float
+    diagnostics to float32 rounding (across *processes* XLA may reduce in another order:
+    last-bit differences seen in means over identical batches)."""
+    a, b = stable(a), stable(b)
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            if k.startswith("mappo/") and isinstance(x[k], float):
+                assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-7), (x["round"], k)
+            else:
+                assert x[k] == y[k], (x["round"], k)
+
+
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     """A trainer whose executor is randomised: a fresh executor's actions are ~0 for any
