@@ -94,12 +94,17 @@ class Conv2d(eqx.Module):
         return (size + 2 * pad - kernel) // stride + 1
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        # Computed channel-last (NHWC / HWIO): XLA's CPU backend runs channel-first
+        # convolutions inside loop bodies (lax.scan: rollouts, PPO epochs) an order of
+        # magnitude slower than outside them; channel-last ones run at full speed
+        # (jax-ml/jax#12868). Input, output and the stored kernel stay channel-first.
         pad = self.weight.shape[-1] // 2
         y = jax.lax.conv_general_dilated(
-            x[None], self.weight, (self.stride, self.stride), [(pad, pad), (pad, pad)],
-            dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        )  # fmt: skip
-        return y[0] + self.bias[:, None, None]
+            x.transpose(1, 2, 0)[None], self.weight.transpose(2, 3, 1, 0),
+            (self.stride, self.stride), [(pad, pad), (pad, pad)],
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )
+        return y[0].transpose(2, 0, 1) + self.bias[:, None, None]
 
 
 class LayerNorm(eqx.Module):

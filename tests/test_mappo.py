@@ -204,7 +204,7 @@ def test_host_path_equals_jax_path(env, nets):
                                    err_msg=name)
     for a, b in zip(jax.tree.leaves(batch_h.obs), jax.tree.leaves(batch_j.obs), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    upd = jax.jit(lambda t, b: mappo.update(t, b, cfg))
+    upd = (lambda t, b: mappo.update(t, b, cfg))
     new_h, _ = upd(ts_h, batch_h)
     new_j, _ = upd(ts_h, batch_j)
     for a, b in zip(jax.tree.leaves(eqx.filter(new_h.actor, eqx.is_inexact_array)),
@@ -278,7 +278,7 @@ def test_host_path_trains_a_registered_custom_env():
     assert alive[:, :, 1].min() == 0 and alive[:, :, 0].min() == 1  # a1 died, a0 did not
     assert float(np.abs(np.asarray(batch.reward)[alive == 0]).max(initial=0)) == 0.0
     assert stats["episodes"] >= 2
-    new, metrics = jax.jit(lambda t, b: mappo.update(t, b, cfg))(ts2, batch)
+    new, metrics = (lambda t, b: mappo.update(t, b, cfg))(ts2, batch)
     assert np.isfinite(float(metrics["policy_loss"]))
     moved = [np.any(np.asarray(a) != np.asarray(b)) for a, b in zip(
         jax.tree.leaves(eqx.filter(ts.actor.executor, eqx.is_inexact_array)),
