@@ -190,16 +190,13 @@ def test_run_dir_checkpoint_round_trip_and_resume(tmp_path):
 
 
 def test_resume_refuses_another_architecture(tmp_path):
-    t = ESTrainer(TINY, tmp_path / "a")
-    t.save_checkpoint()
-    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
-    # tamper with the checkpoint's source of truth: a trainer of another width must refuse it
-    other = ESTrainer(TINY.override({"critic.hidden": [16]}), tmp_path / "a")
     from feudal_es.checkpoint import CheckpointError, CheckpointManager
 
+    t = ESTrainer(TINY, tmp_path / "a")
+    t.save_checkpoint()
+    other = ESTrainer(TINY.override({"critic.hidden": [16]}), tmp_path / "b")
     with pytest.raises(CheckpointError, match="critic"):
         CheckpointManager(tmp_path / "a").load_latest(other._ckpt_tree(), other._expect())
-    assert cfg["critic"]["hidden"] == [32]
 
 
 # --- config and env errors ----------------------------------------------------------------------
