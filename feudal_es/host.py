@@ -157,6 +157,15 @@ class HostCollector:
             return int(a)
         return np.asarray(a, self.spec.action_space.dtype)
 
+    def _inputs(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """The current step's stacked ``(obs, alive, adj, global_state)`` of all copies."""
+        stacked = [self._stack_obs(o) for o in self._obs]
+        obs = jax.tree.map(lambda *xs: np.stack(xs), *[s[0] for s in stacked])
+        alive = np.stack([s[1] for s in stacked])
+        adj = np.stack([self._comm_graph(i, alive[i]) for i in range(len(self.envs))])
+        gstate = np.stack([self._global_state(i, s[0]) for i, s in enumerate(stacked)])
+        return obs, alive, adj, gstate
+
     # --- collection -------------------------------------------------------------------
     def collect(self, ts: TrainState) -> tuple[TrainState, Batch, dict]:
         """Roll every copy ``num_steps`` steps with ``ts.actor``; return the advanced
@@ -172,11 +181,7 @@ class HostCollector:
         env_reward_sum, team_reward_sum = 0.0, 0.0
         key = ts.key
         for _ in range(cfg.num_steps):
-            stacked = [self._stack_obs(o) for o in self._obs]
-            obs = jax.tree.map(lambda *xs: np.stack(xs), *[s[0] for s in stacked])
-            alive = np.stack([s[1] for s in stacked])
-            adj = np.stack([self._comm_graph(i, alive[i]) for i in range(e)])
-            gstate = np.stack([self._global_state(i, stacked[i][0]) for i in range(e)])
+            obs, alive, adj, gstate = self._inputs()
             key, sub = jax.random.split(key)
             held, out, value = jax.device_get(self._policy(
                 ts.actor, ts.critic, sub, obs, adj, gstate, self._held, self._ep_t))
@@ -213,11 +218,7 @@ class HostCollector:
                               action=out.action, log_prob=out.log_prob, value=value,
                               reward=reward, done=done, alive=alive))
         # bootstrap value after the last step
-        stacked = [self._stack_obs(o) for o in self._obs]
-        obs = jax.tree.map(lambda *xs: np.stack(xs), *[s[0] for s in stacked])
-        alive = np.stack([s[1] for s in stacked])
-        adj = np.stack([self._comm_graph(i, alive[i]) for i in range(e)])
-        gstate = np.stack([self._global_state(i, stacked[i][0]) for i in range(e)])
+        obs, alive, adj, gstate = self._inputs()
         key, sub = jax.random.split(key)
         _, _, last_value = jax.device_get(self._policy(
             ts.actor, ts.critic, sub, obs, adj, gstate, self._held, self._ep_t))
