@@ -1,4 +1,4 @@
-"""``feudal-es`` command line: train, evaluate and render feudal swarms.
+"""feudal-es command line: train, evaluate and render feudal swarms.
 
 Subcommands:
   train   MERL training (ES selector + MAPPO executor) on a bundled or registered env
@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", parents=[common], help="compare saved selectors",
                         description="Evaluate selectors with a run's executor on identical "
-                                    "episodes: mean ± std and 95%% CI of team fitness, plus "
+                                    "episodes: mean ± std and 95% CI of team fitness, plus "
                                     "the env's metrics at the end of each episode.")
     ev.add_argument("run", metavar="RUN_OR_CHECKPOINT")
     ev.add_argument("--selector", nargs="+", action="extend", metavar="PATH",
