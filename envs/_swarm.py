@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.base import check_positive_float, check_positive_int
+from envs.base import Obs, SwarmEnv, check_positive_float, check_positive_int
 from envs.render import draw_swarm
 
 NUM_MAP_CHANNELS = 3  # (open targets, neighbours within comm radius, outside the world)
@@ -247,3 +247,37 @@ def check_common(num_agents, max_steps, world_size, max_speed, comm_radius, sens
         sensor_radius=check_positive_float("sensor_radius", sensor_radius),
         map_size=check_positive_int("map_size", map_size),
     )
+
+
+class TargetSwarmEnv(SwarmEnv):
+    """What Discovery and Dispersion share: agents, targets (goals) and the views of a
+    :class:`SwarmState` built from the helpers above. Subclasses declare the fields read
+    here and name the ring radius drawn around each target (``target_radius``)."""
+
+    world_size: eqx.AbstractVar[float]
+    max_speed: eqx.AbstractVar[float]
+    comm_radius: eqx.AbstractVar[float]
+    sensor_radius: eqx.AbstractVar[float]
+    map_size: eqx.AbstractVar[int]
+
+    @property
+    def target_radius(self) -> float:
+        raise NotImplementedError
+
+    def observe(self, state: SwarmState) -> Obs:
+        return observe(state, world_size=self.world_size, max_speed=self.max_speed,
+                       comm_radius=self.comm_radius, sensor_radius=self.sensor_radius,
+                       map_size=self.map_size, max_steps=self.max_steps)
+
+    def global_state(self, state: SwarmState) -> jax.Array:
+        """``[4N + 3M + 1]``: positions, velocities, targets, found flags, t/T."""
+        return global_state(state, world_size=self.world_size, max_speed=self.max_speed,
+                            max_steps=self.max_steps)
+
+    def comm_graph(self, state: SwarmState) -> jax.Array:
+        return comm_adjacency(state.pos, self.comm_radius)
+
+    def render(self, state: SwarmState) -> np.ndarray:
+        """Agents, comm links, targets as rings of ``target_radius`` (green = found)."""
+        return render(state, world_size=self.world_size, comm_radius=self.comm_radius,
+                      target_radius=self.target_radius)

@@ -15,10 +15,10 @@ import numpy as np
 
 from envs import _swarm
 from envs._swarm import SwarmState
-from envs.base import EnvOut, Obs, SwarmEnv, check_positive_float, check_positive_int
+from envs.base import EnvOut, Obs, check_positive_float, check_positive_int
 
 
-class Dispersion(SwarmEnv):
+class Dispersion(_swarm.TargetSwarmEnv):
     """Huddle-start dispersion to scattered goals, pure JAX.
 
     State: :class:`envs._swarm.SwarmState` (``targets``/``found`` = goals / reached).
@@ -149,23 +149,9 @@ class Dispersion(SwarmEnv):
         )
         return self.observe(next_state), next_state, out
 
-    def observe(self, state: SwarmState) -> Obs:
-        return _swarm.observe(state, world_size=self.world_size, max_speed=self.max_speed,
-                              comm_radius=self.comm_radius, sensor_radius=self.sensor_radius,
-                              map_size=self.map_size, max_steps=self.max_steps)
-
-    def global_state(self, state: SwarmState) -> jax.Array:
-        """``[4N + 3M + 1]``: positions, velocities, goals, reached flags, t/T."""
-        return _swarm.global_state(state, world_size=self.world_size,
-                                   max_speed=self.max_speed, max_steps=self.max_steps)
-
-    def comm_graph(self, state: SwarmState) -> jax.Array:
-        return _swarm.comm_adjacency(state.pos, self.comm_radius)
-
-    def render(self, state: SwarmState) -> np.ndarray:
-        """Agents, comm links, goals as rings of radius ``goal_radius`` (green = reached)."""
-        return _swarm.render(state, world_size=self.world_size, comm_radius=self.comm_radius,
-                             target_radius=self.goal_radius)
+    @property
+    def target_radius(self) -> float:
+        return self.goal_radius
 
 
 def greedy_policy(key: jax.Array, env: Dispersion, state: SwarmState) -> jax.Array:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.base import Obs, SwarmEnv
-from envs.pettingzoo_env import Packer, key_from_seed
+from envs.pettingzoo_env import Packer, check_adapter_args, key_from_seed
 
 #: ``executor(key, obs, adj, skills) -> actions``: ``obs`` is the env's obs pytree
 #: (``{"maps": [N, C, H, W], "vec": [N, D]}``), ``adj`` the ``[N, N]`` float32 comm graph,
@@ -99,13 +99,7 @@ class _JaxSwarmGymBase(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}  # noqa: RUF012
 
     def __init__(self, env: SwarmEnv, render_mode: str | None):
-        if not isinstance(env, SwarmEnv):
-            raise TypeError(f"env must be a SwarmEnv, got {type(env).__name__}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be None or one of {self.metadata['render_modes']}, "
-                f"got {render_mode!r}"
-            )
+        check_adapter_args(env, render_mode, self.metadata["render_modes"])
         self.env = env
         self.render_mode = render_mode
         self.num_agents = int(env.num_agents)

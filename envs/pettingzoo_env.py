@@ -165,6 +165,14 @@ def key_from_seed(seed: int | None) -> jax.Array:
     return jax.random.key(seed)
 
 
+def check_adapter_args(env: Any, render_mode: str | None, render_modes: list[str]) -> None:
+    """Refuse a non-:class:`SwarmEnv` or an unsupported render mode (every adapter)."""
+    if not isinstance(env, SwarmEnv):
+        raise TypeError(f"env must be a SwarmEnv, got {type(env).__name__}")
+    if render_mode is not None and render_mode not in render_modes:
+        raise ValueError(f"render_mode must be None or one of {render_modes}, got {render_mode!r}")
+
+
 class SwarmParallelEnv(ParallelEnv):
     """A functional swarm env as a PettingZoo ``ParallelEnv`` (numpy in/out).
 
@@ -192,13 +200,7 @@ class SwarmParallelEnv(ParallelEnv):
     }
 
     def __init__(self, env: SwarmEnv, render_mode: str | None = None):
-        if not isinstance(env, SwarmEnv):
-            raise TypeError(f"env must be a SwarmEnv, got {type(env).__name__}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be None or one of {self.metadata['render_modes']}, "
-                f"got {render_mode!r}"
-            )
+        check_adapter_args(env, render_mode, self.metadata["render_modes"])
         self.env = env
         self.render_mode = render_mode
         self.metadata = {**type(self).metadata, "name": type(env).__name__}
