@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow lint bench results clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/es_core.py
+
+# Every plot and table of the README's Results section, from scratch (CPU-sized budget,
+# about 40-60 min on 2 cores; `python -m experiments.all --scale 4` for longer runs).
+results: $(STAMP)
+	$(BIN)/python -m experiments.all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
