@@ -93,6 +93,9 @@ class TrainerConfig:
     plot_every: int = 1  # rounds between learning-curve refreshes (the last always)
     gif: bool = True  # write a final deterministic episode GIF (if the env renders)
     max_episode_steps: int = 10_000  # host envs: cap on an evaluation episode's length
+    # JAX envs: devices the ES population is sharded over (feudal_es.sharding); 0 = all
+    # of jax.devices() (no sharding when there is one), 1 = never shard, n = the first n
+    population_devices: int = 0
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -107,7 +110,7 @@ class TrainerConfig:
         for name, low in (("n_outer", 1), ("grad_steps_per_outer", 1), ("episodes", 1),
                           ("seed", 0), ("num_skills", 1), ("checkpoint_every", 1),
                           ("keep_checkpoints", 1), ("plot_every", 1),
-                          ("max_episode_steps", 1)):
+                          ("max_episode_steps", 1), ("population_devices", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{c}.{name} must be an int, got {type(v).__name__} {v!r}")
@@ -405,6 +408,16 @@ class _JaxFns:
 _JAX_FNS: dict[str, _JaxFns] = {}
 
 
+def _population_devices(config: TrainerConfig) -> list:
+    """The devices the ES population is sharded over (one device: no sharding)."""
+    devices = jax.devices()
+    n = config.population_devices or len(devices)
+    if n > len(devices):
+        raise ValueError(f"TrainerConfig.population_devices={n} but JAX sees only "
+                         f"{len(devices)} device(s): {devices}")
+    return devices[:n]
+
+
 def _jax_fns(config: TrainerConfig, core: SwarmEnv) -> _JaxFns:
     """The jitted train step, population rollouts and ES generation for ``config``.
 
@@ -413,19 +426,36 @@ def _jax_fns(config: TrainerConfig, core: SwarmEnv) -> _JaxFns:
     compiled code instead of compiling it again; the networks are jit *arguments*.
     """
     c = config.to_dict()
-    key = json.dumps({k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
-                                        "deterministic_eval")}, sort_keys=True)
+    devices = _population_devices(config)
+    key = json.dumps({**{k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
+                                           "deterministic_eval")},
+                      "devices": [d.id for d in devices]}, sort_keys=True)
     if key in _JAX_FNS:
         return _JAX_FNS[key]
     mcfg, es_cfg, eps = config.mappo_config, config.es_config, config.episodes
     rollouts = make_population_rollouts(core, mcfg.selector_period, config.deterministic_eval)
 
+    def team_fitness(thetas, actor, keys):
+        return rollouts(actor, thetas, keys)[0].mean(axis=1)
+
+    if len(devices) > 1:  # the population axis split over a device mesh
+        from feudal_es import sharding
+
+        mesh = sharding.population_mesh(devices)
+        team_fitness = sharding.shard_population(team_fitness, mesh)
+
     @eqx.filter_jit
     def generation(key, state, actor):
         def fitness(thetas, k):
-            return rollouts(actor, thetas, jax.random.split(k, eps))[0].mean(axis=1)
+            return team_fitness(thetas, actor, jax.random.split(k, eps))
 
         return es.generation(key, state, fitness, es_cfg)
+
+    if len(devices) > 1:
+        jitted = generation
+
+        def generation(key, state, actor):  # inputs replicated on the mesh, outputs local
+            return sharding.to_local(jitted(*sharding.replicate((key, state, actor), mesh)))
 
     fns = _JaxFns(eqx.filter_jit(mappo.init_train_state), mappo.make_train_step(core, mcfg),
                   eqx.filter_jit(rollouts), generation)
