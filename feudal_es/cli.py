@@ -137,10 +137,15 @@ def _run_training(trainer, progress: bool) -> int:
     t0 = time.perf_counter()
     try:
         trainer.run(progress=progress)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted after {trainer.round} rounds; continue with: feudal-es train "
-              f"--resume {trainer.run_dir}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        import signal
+
+        signum = getattr(e, "signum", signal.SIGINT)
+        how = ("finished the round in progress and checkpointed"
+               if getattr(e, "graceful", False) else "interrupted; completed rounds are saved")
+        print(f"\nfeudal-es: {how}: {trainer.round} rounds done; continue with: feudal-es "
+              f"train --resume {trainer.run_dir}", file=sys.stderr)
+        return 128 + int(signum)
     last = trainer.history[-1] if trainer.history else {}
     paths = trainer.paths
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
@@ -359,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _enable_compile_cache()
         _import_modules(args.imports)
         return args.func(args)
-    except (ValueError, TypeError, CheckpointError, FloatingPointError) as err:
+    except (ValueError, TypeError, CheckpointError, FloatingPointError, TimeoutError) as err:
         # configuration / input errors: say which, no traceback
         print(f"feudal-es {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -14,7 +14,12 @@ reward for every skill) and ``infos[agent]["team_reward"]`` (else the mean agent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -46,12 +51,12 @@ class HostEnvSpec:
                     f"agent {a!r} has other spaces than {first!r}: feudal-es trains one "
                     "shared actor, so all agents need the same observation and action space"
                 )
-        if not isinstance(self.action_space, gym.spaces.Box | gym.spaces.Discrete):
-            raise ValueError(f"unsupported action space {self.action_space} (Box or Discrete)")
+        check_spaces(self.observation_space, self.action_space, f"{type(env).__name__}")
         names = getattr(env, "skill_names", None)
         self.skill_names = tuple(names) if names else tuple(
             f"skill_{i}" for i in range(num_skills or 1))
         self.num_agents = len(self.agents)
+        self.agent_index = {a: i for i, a in enumerate(self.agents)}
         self.has_state = _has_state(env)
         obs_size = sum(int(np.prod(s.shape)) for s in _leaf_spaces(self.observation_space))
         self.global_state_size = (int(np.prod(env.state_space.shape)) if self.has_state
@@ -60,6 +65,203 @@ class HostEnvSpec:
     @property
     def num_skills(self) -> int:
         return len(self.skill_names)
+
+
+def check_spaces(obs_space: gym.Space, act_space: gym.Space, name: str = "env") -> None:
+    """Refuse (``ValueError`` naming the space) what the feudal actor cannot read or emit:
+    observations must be a numeric ``Box`` or a ``Dict`` of them, actions a float ``Box``
+    or a ``Discrete`` starting at 0."""
+    leaves = (list(obs_space.spaces.items()) if isinstance(obs_space, gym.spaces.Dict)
+              else [(None, obs_space)])
+    for key, space in leaves:
+        where = "observation space" + ("" if key is None else f" entry {key!r}")
+        if not isinstance(space, gym.spaces.Box) or space.dtype is None or \
+                np.dtype(space.dtype).kind not in "biuf":
+            raise ValueError(
+                f"{name}: {where} {space} is not supported: the feudal actor reads a numeric "
+                "Box or a Dict of Box spaces (flatten other spaces in a wrapper, e.g. with "
+                "gymnasium.spaces.flatten_space)")
+        if len(space.shape) not in (1, 2, 3):
+            raise ValueError(f"{name}: {where} {space} has rank {len(space.shape)}; the actor "
+                             "reads rank 1 (vector) or rank 2/3 (image, channel-first)")
+    if isinstance(act_space, gym.spaces.Discrete):
+        if int(act_space.start) != 0:
+            raise ValueError(f"{name}: action space {act_space} starts at {act_space.start}; "
+                             "the actor emits Discrete actions 0..n-1 (use start=0)")
+    elif isinstance(act_space, gym.spaces.Box):
+        if np.dtype(act_space.dtype).kind != "f":
+            raise ValueError(f"{name}: action space {act_space} has dtype {act_space.dtype}; "
+                             "a Box action space must be floating point (use Discrete for "
+                             "integer actions)")
+    else:
+        raise ValueError(f"{name}: unsupported action space {act_space} (the actor emits Box "
+                         "or Discrete actions)")
+
+
+# ---------------------------------------------------------------------------------------
+# checks of what a custom env returns, and a bound on how long it may take
+# ---------------------------------------------------------------------------------------
+class EnvOutputError(ValueError):
+    """A PettingZoo env returned something the ParallelEnv API does not allow (the
+    message names the env, the call, the agent and what was wrong)."""
+
+
+class EnvTimeout(TimeoutError):
+    """An env call (or an evaluation episode) ran past its time limit."""
+
+
+def _check_obs(space: gym.Space, x: Any, where: str) -> None:
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(x, Mapping):
+            raise EnvOutputError(f"{where} is a {type(x).__name__}; the observation space is a "
+                                 "Dict, so a dict is expected")
+        for k, sub in space.spaces.items():
+            if k not in x:
+                raise EnvOutputError(f"{where} has no entry {k!r} (keys: {sorted(x)})")
+            _check_obs(sub, x[k], f"{where}[{k!r}]")
+        return
+    try:
+        arr = np.asarray(x)
+    except Exception as e:  # ragged lists etc.
+        raise EnvOutputError(f"{where} is not an array ({e})") from None
+    if arr.shape != tuple(space.shape) or arr.dtype.kind not in "biuf":
+        raise EnvOutputError(f"{where} is {arr.dtype}{list(arr.shape)}; the observation space "
+                             f"says {space.dtype}{list(space.shape)}")
+
+
+def check_reset(env: Any, out: Any, spec: HostEnvSpec) -> dict:
+    """Validate ``env.reset(...)``'s ``(observations, infos)``; returns the observations."""
+    name = type(env).__name__
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        raise EnvOutputError(f"{name}.reset() must return (observations, infos) (PettingZoo "
+                             f">= 1.22), got {_brief(out)}")
+    obs = out[0]
+    if not isinstance(obs, Mapping):
+        raise EnvOutputError(f"{name}.reset() observations must be a dict keyed by agent, got "
+                             f"{type(obs).__name__}")
+    _check_agent_keys(name, "reset()", "observations", obs, spec)
+    for a in getattr(env, "agents", []):
+        if a not in obs:
+            raise EnvOutputError(f"{name}.reset(): agent {a!r} is in env.agents but has no "
+                                 "observation")
+    for a, x in obs.items():
+        _check_obs(spec.observation_space, x, f"{name}.reset() observation of {a!r}")
+    return obs
+
+
+def check_step(env: Any, actions: Mapping, out: Any, spec: HostEnvSpec,
+               live: Sequence[str] | None = None) -> tuple:
+    """Validate ``env.step(actions)``'s 5-tuple of per-agent dicts: every agent that acted
+    while in ``env.agents`` (``live``: the list before the step; default all that acted)
+    has a reward, termination and truncation flag, every agent still in ``env.agents`` an
+    observation of the declared shape, rewards are numbers and keys are known agents."""
+    name = type(env).__name__
+    if not isinstance(out, tuple | list) or len(out) != 5:
+        raise EnvOutputError(
+            f"{name}.step() must return (observations, rewards, terminations, truncations, "
+            f"infos) (PettingZoo >= 1.22), got {_brief(out)}")
+    labels = ("observations", "rewards", "terminations", "truncations", "infos")
+    for label, d in zip(labels, out, strict=True):
+        if not isinstance(d, Mapping):
+            raise EnvOutputError(f"{name}.step() {label} must be a dict keyed by agent, got "
+                                 f"{type(d).__name__}")
+        _check_agent_keys(name, "step()", label, d, spec)
+    obs, rewards, terms, truncs, _ = out
+    for label, d in zip(labels[1:4], (rewards, terms, truncs), strict=True):
+        missing = [a for a in actions if a not in d and (live is None or a in live)]
+        if missing:
+            raise EnvOutputError(f"{name}.step() {label} miss agent(s) {missing} that were "
+                                 f"given actions (got {sorted(d)})")
+    for a, r in rewards.items():
+        arr = np.asarray(r) if isinstance(r, int | float | np.generic | np.ndarray) else None
+        if arr is None or arr.size != 1 or arr.dtype.kind not in "biuf":
+            raise EnvOutputError(f"{name}.step() reward of {a!r} must be a number, got "
+                                 f"{_brief(r)}")
+    for a in getattr(env, "agents", []):
+        if a not in obs:
+            raise EnvOutputError(f"{name}.step(): agent {a!r} is still in env.agents but got "
+                                 "no observation")
+    for a, x in obs.items():
+        _check_obs(spec.observation_space, x, f"{name}.step() observation of {a!r}")
+    return out
+
+
+def _check_agent_keys(name: str, call: str, label: str, d: Mapping, spec: HostEnvSpec) -> None:
+    unknown = [a for a in d if a not in spec.agent_index]
+    if unknown:
+        raise EnvOutputError(f"{name}.{call} {label} name agent(s) {unknown[:5]} that are not "
+                             f"in possible_agents {spec.agents}")
+
+
+def _brief(x: Any) -> str:
+    text = repr(x)
+    return f"{type(x).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+def neutral_actions(spec: HostEnvSpec, agents: Sequence[str]) -> dict:
+    """A fixed, valid action per agent (0 / the Box point nearest the origin): the probe
+    step :func:`probe_env` takes."""
+    space = spec.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        return {a: 0 for a in agents}
+    zero = np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
+    return {a: zero.copy() for a in agents}
+
+
+def probe_env(env: Any, spec: HostEnvSpec, seed: int = 0) -> None:
+    """One checked ``reset`` and ``step`` (neutral actions), so a custom env that breaks
+    the ParallelEnv API is refused before any training compute is spent."""
+    obs = check_reset(env, env.reset(seed=seed), spec)
+    live = list(env.agents)
+    acts = neutral_actions(spec, [a for a in spec.agents if a in obs])
+    check_step(env, acts, env.step(acts), spec, live)
+
+
+def _can_alarm() -> bool:
+    return hasattr(signal, "setitimer") and \
+        threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, message: str) -> Iterator[float]:
+    """Bound an env call: after ``seconds`` (0 = no bound) raise ``EnvTimeout(message)``
+    in it; yields the ``time.monotonic()`` deadline. Wrap env code only, never JAX calls
+    (an exception raised inside a compilation could leave its caches half-written).
+
+    Why SIGALRM: a hung pure-Python env (a loop, a sleep, a blocking socket read) cannot
+    be stopped from another thread, and a worker thread left running keeps the env
+    instance and its CPU. ``setitimer`` interrupts the main thread at the next bytecode
+    or system call. It cannot interrupt C code that holds the GIL without returning;
+    off the main thread (or on Windows) no signal is set and callers check the yielded
+    deadline between steps instead. A timer already running (e.g. pytest-timeout's) is
+    restored afterwards with its remaining time; if it is due first, it is left alone.
+    """
+    if not seconds or seconds <= 0:
+        yield math.inf
+        return
+    start = time.monotonic()
+    end = start + seconds
+    if not _can_alarm():
+        yield end
+        return
+    outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if 0 < outer_left <= seconds:  # an outer alarm fires first: keep it, check between steps
+        yield end
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise EnvTimeout(message)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield end
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_left > 0:
+            left = max(outer_left - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
 
 
 def _has_state(env: Any) -> bool:
@@ -97,10 +299,15 @@ class HostCollector:
         ``len(envs)``).
       seed: seeds the resets (the ``j``-th episode started gets ``seed + j``).
       deterministic: take the executor's mode instead of sampling (evaluation, tests).
+      step_timeout: seconds one ``reset``/``step`` call may take (0 = no limit); over it
+        :class:`EnvTimeout` is raised (see :func:`deadline`).
+
+    Every ``reset``/``step`` result is checked (:func:`check_reset`, :func:`check_step`):
+    a malformed one raises :class:`EnvOutputError` naming the agent and the problem.
     """
 
     def __init__(self, envs: Sequence[Any], spec: HostEnvSpec, cfg: MAPPOConfig, seed: int = 0,
-                 deterministic: bool = False):
+                 deterministic: bool = False, step_timeout: float = 0.0):
         if len(envs) != cfg.num_envs:
             raise ValueError(f"got {len(envs)} env copies but MAPPOConfig.num_envs is "
                              f"{cfg.num_envs}")
@@ -115,12 +322,17 @@ class HostCollector:
         self._ep_team = np.zeros(len(envs), np.float64)
         self._held: Any = None
         self._policy = _make_policy(cfg.selector_period, deterministic)
+        self.step_timeout = float(step_timeout)
         for i in range(len(envs)):
             self._obs.append(self._reset(i))
 
     # --- per-env conversions ---------------------------------------------------------
     def _reset(self, i: int) -> dict:
-        obs, _ = self.envs[i].reset(seed=self._seed + self._episodes_started)
+        env = self.envs[i]
+        with deadline(self.step_timeout, f"{type(env).__name__}.reset() took longer than "
+                      f"{self.step_timeout:g} s (time limit)"):
+            out = env.reset(seed=self._seed + self._episodes_started)
+        obs = check_reset(env, out, self.spec)
         self._episodes_started += 1
         self._ep_t[i] = 0
         self._ep_return[i] = 0.0
@@ -191,7 +403,11 @@ class HostCollector:
                 live = [a for a in spec.agents if a in self._obs[i]]
                 acts = {a: self._env_action(out.env_action[i, spec.agents.index(a)])
                         for a in live}
-                obs_i, rew, term, trunc, infos = env.step(acts)
+                live_i = list(env.agents)
+                with deadline(self.step_timeout, f"{type(env).__name__}.step() took longer "
+                              f"than {self.step_timeout:g} s (time limit)"):
+                    out_i = env.step(acts)
+                obs_i, rew, term, trunc, infos = check_step(env, acts, out_i, spec, live_i)
                 skills = np.asarray(skill_ids(held)[i])
                 for j, a in enumerate(spec.agents):
                     if a not in rew:

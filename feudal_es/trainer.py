@@ -20,18 +20,25 @@ repeats exactly what the uninterrupted run would have done (JAX path).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import difflib
+import functools
 import importlib
 import json
+import logging
 import math
 import os
 import re
+import signal
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -54,11 +61,14 @@ __all__ = [
     "ESTrainer",
     "ResolvedEnv",
     "TrainerConfig",
+    "TrainingInterrupted",
     "chain_key",
     "resolve_env",
 ]
 
 MODES = ("merl", "es", "mappo")
+log = logging.getLogger("feudal_es.trainer")
+BACKENDS = ("serial", "ray")
 _NESTED = {"es": es.ESConfig, "mappo": mappo.MAPPOConfig, "actor": ActorConfig,
            "critic": CriticConfig}
 
@@ -93,9 +103,14 @@ class TrainerConfig:
     plot_every: int = 1  # rounds between learning-curve refreshes (the last always)
     gif: bool = True  # write a final deterministic episode GIF (if the env renders)
     max_episode_steps: int = 10_000  # host envs: cap on an evaluation episode's length
+    # host envs: seconds an evaluation episode (and one MAPPO-collection env call) may
+    # take; over it the member fails / collection stops with EnvTimeout. 0 = no limit
+    episode_timeout: float = 0.0
     # JAX envs: devices the ES population is sharded over (feudal_es.sharding); 0 = all
     # of jax.devices() (no sharding when there is one), 1 = never shard, n = the first n
     population_devices: int = 0
+    backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
+    ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -107,15 +122,25 @@ class TrainerConfig:
                                 f"{type(getattr(self, name)).__name__}")
         if self.mode not in MODES:
             raise ValueError(f"{c}.mode must be one of {MODES}, got {self.mode!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"{c}.backend must be one of {BACKENDS}, got {self.backend!r}")
         for name, low in (("n_outer", 1), ("grad_steps_per_outer", 1), ("episodes", 1),
                           ("seed", 0), ("num_skills", 1), ("checkpoint_every", 1),
                           ("keep_checkpoints", 1), ("plot_every", 1),
-                          ("max_episode_steps", 1), ("population_devices", 0)):
+                          ("max_episode_steps", 1), ("population_devices", 0),
+                          ("ray_workers", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{c}.{name} must be an int, got {type(v).__name__} {v!r}")
             if v < low:
                 raise ValueError(f"{c}.{name} must be >= {low}, got {v}")
+        t = self.episode_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{c}.episode_timeout must be a number of seconds, got "
+                            f"{type(t).__name__} {t!r}")
+        if not math.isfinite(t) or t < 0:
+            raise ValueError(f"{c}.episode_timeout must be finite and >= 0 (0 = no limit), "
+                             f"got {t}")
         for name in ("deterministic_eval", "gif"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{c}.{name} must be a bool, got {getattr(self, name)!r}")
@@ -209,6 +234,15 @@ class TrainerConfig:
             else:
                 data[head] = value
         return type(self).from_dict(data)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by SIGINT/SIGTERM. ``graceful``: the round in progress was
+    finished and checkpointed; else every completed round was. ``round``: rounds done."""
+
+    def __init__(self, signum: int, round_: int, graceful: bool):
+        super().__init__(f"stopped by {signal.Signals(signum).name} after {round_} rounds")
+        self.signum, self.round, self.graceful = signum, round_, graceful
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -377,6 +411,32 @@ def _episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, period: int,
     return ret, final
 
 
+_LOSS_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
+
+
+class _Learned(NamedTuple):
+    """What a MAPPO update learns (the part of a TrainState a skipped update keeps)."""
+
+    actor: Any
+    critic: Any
+    actor_opt_state: Any
+    critic_opt_state: Any
+    value_norm: Any
+
+
+def _learned(ts: mappo.TrainState) -> _Learned:
+    return _Learned(ts.actor, ts.critic, ts.actor_opt_state, ts.critic_opt_state,
+                    ts.value_norm)
+
+
+@eqx.filter_jit
+def _all_finite(tree: Any) -> jax.Array:
+    """True iff every floating-point leaf of ``tree`` is finite (one jitted reduction)."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(eqx.filter(
+        tree, eqx.is_inexact_array))]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
 def make_population_rollouts(env: SwarmEnv, period: int, deterministic: bool) -> Callable:
     """``rollouts(actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics[P, E])``.
 
@@ -466,37 +526,85 @@ def _jax_fns(config: TrainerConfig, core: SwarmEnv) -> _JaxFns:
 # ---------------------------------------------------------------------------------------
 # host-path rollouts
 # ---------------------------------------------------------------------------------------
+@functools.cache
+def _host_policy(period: int, deterministic: bool) -> Callable:
+    """The jitted one-step policy of host-path evaluation, shared by all evaluators (so a
+    second trainer on the same shapes does not compile it again)."""
+
+    @eqx.filter_jit
+    def policy(actor, key, obs, adj, held, t):
+        return actor.step(key, obs, adj, held, t, period, deterministic)
+
+    return policy
+
+
+def _host_update(cfg: mappo.MAPPOConfig) -> Callable:
+    """The MAPPO update of the host path: :func:`feudal_es.mappo.update` as the JAX path
+    runs it (its jitted pieces are shared by every trainer; an outer ``jit`` would unroll
+    the epoch/minibatch loops into one program that compiles for tens of seconds)."""
+    return lambda ts, batch: mappo.update(ts, batch, cfg)
+
+
 class _HostEvaluator:
-    """Team fitness on any PettingZoo ParallelEnv: a loop reusing ``episodes`` instances."""
+    """Team fitness on any PettingZoo ParallelEnv: a loop reusing ``episodes`` instances.
+
+    Fault isolation: an exception in a member's episode (the env raising, a malformed
+    ``reset``/``step`` output, the episode running past ``timeout`` seconds) fails that
+    member only: its returns are NaN (ES ranks it last), the failure is recorded in
+    ``failures`` and the env instance is replaced by a fresh one.
+    """
 
     def __init__(self, make: Callable[..., Any], spec: Any, episodes: int, period: int,
-                 deterministic: bool, max_steps: int):
+                 deterministic: bool, max_steps: int, timeout: float = 0.0):
+        self.make = make
         self.envs = [make() for _ in range(episodes)]
         self.spec = spec
         self.max_steps = max_steps
-        period = int(period)
-
-        @eqx.filter_jit
-        def policy(actor, key, obs, adj, held, t):
-            return actor.step(key, obs, adj, held, t, period, deterministic)
-
-        self._policy = policy
+        self.timeout = float(timeout)
+        self.failures: list[dict[str, Any]] = []  # of the last returns() call
+        self._policy = _host_policy(int(period), bool(deterministic))
 
     def episode(self, actor: FeudalActor, env: Any, seed: int, key: jax.Array) -> float:
-        from feudal_es.host import _team_reward, _zeros_like_space
+        from feudal_es.host import (
+            EnvTimeout,
+            _team_reward,
+            _zeros_like_space,
+            check_reset,
+            check_step,
+            deadline,
+        )
 
         spec = self.spec
-        obs, _ = env.reset(seed=seed)
+        budget, used = self.timeout, 0.0
+        message = (f"an evaluation episode of {type(env).__name__} spent more than "
+                   f"{budget:g} s in env calls (episode_timeout)")
+
+        def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+            """An env call under the episode's remaining time budget (the policy's JAX
+            calls, compilation included, are not timed and never interrupted)."""
+            nonlocal used
+            if not budget:
+                return fn(*args, **kwargs)
+            if used >= budget:  # also where no SIGALRM can interrupt (threads)
+                raise EnvTimeout(message)
+            t0 = time.monotonic()
+            try:
+                with deadline(budget - used, message):
+                    return fn(*args, **kwargs)
+            finally:
+                used += time.monotonic() - t0
+
+        obs = check_reset(env, call(env.reset, seed=seed), spec)
         zero = _zeros_like_space(spec.observation_space)
         held = actor.initial_skill(spec.num_agents)
+        graph = getattr(env, "comm_graph", None)
         total, t = 0.0, 0
         while env.agents and t < self.max_steps:
             rows = [obs.get(a, zero) for a in spec.agents]
             alive = np.array([a in obs for a in spec.agents], np.float32)
             stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32)
                                                          for x in xs]), *rows)
-            graph = getattr(env, "comm_graph", None)
-            adj = (np.asarray(graph(), np.float32) if callable(graph)
+            adj = (np.asarray(call(graph), np.float32) if callable(graph)
                    else 1.0 - np.eye(spec.num_agents, dtype=np.float32))
             adj = adj * alive[:, None] * alive[None, :]
             key, sub = jax.random.split(key)
@@ -505,21 +613,41 @@ class _HostEvaluator:
             discrete = not hasattr(spec.action_space, "low")
             acts = {a: (int(act[i]) if discrete else act[i].astype(spec.action_space.dtype))
                     for i, a in enumerate(spec.agents) if a in obs}
-            obs, rew, _, _, infos = env.step(acts)
+            live = list(env.agents)
+            obs, rew, _, _, infos = check_step(env, acts, call(env.step, acts), spec, live)
             mean_reward = float(np.mean(list(rew.values()))) if rew else 0.0
             total += _team_reward(infos, rew, mean_reward)
             t += 1
         return total
 
     def returns(self, actor: FeudalActor, thetas: np.ndarray, seed: int,
-                key: jax.Array) -> np.ndarray:
+                key: jax.Array, episodes: int | None = None) -> np.ndarray:
         """``[P, E]`` team returns; episode ``e`` is reset with ``seed + e`` for every
-        member (common random numbers)."""
-        out = np.zeros((len(thetas), len(self.envs)), np.float64)
+        member (common random numbers). A failed member's row is NaN."""
+        from feudal_es.host import deadline
+
+        count = len(self.envs) if episodes is None else int(episodes)
+        while len(self.envs) < count:
+            self.envs.append(self.make())
+        out = np.zeros((len(thetas), count), np.float64)
+        self.failures = []
         for p, theta in enumerate(thetas):
             a = set_selector_theta(actor, jnp.asarray(theta))
-            for e, env in enumerate(self.envs):
-                out[p, e] = self.episode(a, env, seed + e, jax.random.fold_in(key, e))
+            for e in range(count):
+                try:
+                    out[p, e] = self.episode(a, self.envs[e], seed + e,
+                                             jax.random.fold_in(key, e))
+                except Exception as err:  # the env's fault: this member fails, others run
+                    out[p] = np.nan
+                    frame = traceback.extract_tb(err.__traceback__)[-1]
+                    self.failures.append({
+                        "member": p, "episode": e, "env_seed": seed + e,
+                        "error": f"{type(err).__name__}: {err}",
+                        "where": f"{frame.filename}:{frame.lineno} in {frame.name}"})
+                    broken, self.envs[e] = self.envs[e], self.make()
+                    with contextlib.suppress(Exception), deadline(self.timeout, "close()"):
+                        broken.close()  # a hung env may hang in close() too: bounded
+                    break
         return out
 
 
@@ -636,23 +764,36 @@ class ESTrainer:
             self.num_agents = core.num_agents
             self.skill_names = tuple(core.skill_names)
         else:
-            from feudal_es.host import HostCollector, HostEnvSpec
+            from feudal_es.host import HostCollector, HostEnvSpec, probe_env
 
             probe = self.env.make()
             spec = HostEnvSpec(probe, num_skills=config.num_skills)
+            probe_env(probe, spec, seed=config.seed)  # a broken env fails here, before compute
             actor = FeudalActor(k_actor, spec.observation_space, spec.action_space,
                                 spec.num_skills, acfg)
             critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,
                                    spec.num_skills, ccfg)
             self.ts = mappo.init_learner(k_state, actor, critic, self.mappo_cfg)
             envs_ = [probe] + [self.env.make() for _ in range(self.mappo_cfg.num_envs - 1)]
-            self._collector = HostCollector(envs_, spec, self.mappo_cfg, seed=config.seed)
-            cfg = self.mappo_cfg
-            self._update = jax.jit(lambda ts, batch: mappo.update(ts, batch, cfg))
+            self._collector = HostCollector(envs_, spec, self.mappo_cfg, seed=config.seed,
+                                            step_timeout=config.episode_timeout)
+            self._update = _host_update(self.mappo_cfg)
             self._host_eval = _HostEvaluator(self.env.make, spec, config.episodes, period,
                                              config.deterministic_eval,
-                                             config.max_episode_steps)
-            self._generation = None
+                                             config.max_episode_steps, config.episode_timeout)
+            self._population_eval = self._host_eval  # evaluates populations (P > 1)
+            if config.backend == "ray":
+                import functools
+
+                from feudal_es.ray_backend import RayEvaluator
+
+                self._population_eval = RayEvaluator(
+                    functools.partial(_HostEvaluator, self.env.make, spec, config.episodes,
+                                      period, config.deterministic_eval,
+                                      config.max_episode_steps, config.episode_timeout),
+                    episodes=config.episodes, env_id=config.env,
+                    num_workers=config.ray_workers)
+            self._generation = self._host_generation
             self.num_agents = spec.num_agents
             self.skill_names = spec.skill_names
         self.es_state = es.init(selector_theta(self.ts.actor), self.es_cfg)
@@ -665,6 +806,9 @@ class ESTrainer:
         self._t_start = 0.0
         self._t_round = 0.0
         self._wall_offset = 0.0
+        self._fresh = True  # built from a config, not loaded from a checkpoint
+        self._stop_signal: int | None = None  # set by the SIGINT/SIGTERM handler of run()
+        self._failures: list[dict] = []  # host path: this round's failed evaluations
 
     # --- fitness -------------------------------------------------------------------
     @property
@@ -685,15 +829,29 @@ class ESTrainer:
         if self.env.kind == "jax":
             ret, metrics = self._rollouts(actor, thetas, jax.random.split(key, e))
             return np.asarray(ret), {k: np.asarray(v) for k, v in metrics.items()}
-        ev = self._host_eval
-        if len(ev.envs) < e:
-            ev.envs += [self.env.make() for _ in range(e - len(ev.envs))]
-        envs_, ev.envs = ev.envs, ev.envs[:e]
-        try:
-            seed = int(jax.random.randint(key, (), 0, 2**30))
-            return ev.returns(actor, np.asarray(thetas), seed, key), {}
-        finally:
-            ev.envs = envs_
+        seed = int(jax.random.randint(key, (), 0, 2**30))
+        ev = self._population_eval if len(thetas) > 1 else self._host_eval
+        return ev.returns(actor, np.asarray(thetas), seed, key, episodes=e), {}
+
+    def _host_generation(self, key: jax.Array, state: es.ESState, actor: FeudalActor
+                         ) -> tuple[es.ESState, dict]:
+        """Host path: one ES generation exactly as :func:`feudal_es.es.es_step` makes it
+        (same ask, tell and per-member fitness as ``eval_fn`` on this round's key), with
+        the executor of the current train state. Failed members rank last; if every
+        member fails the run stops naming the first failure, before anything is written."""
+        population, noise = es._ask_jit(key, state, self.es_cfg)
+        ret, _ = self.rollout_stats(population, self.round_eval_key(), actor=actor)
+        failures = [{**f, "phase": "population"} for f in self._population_eval.failures]
+        self._failures += failures
+        fitness = ret.mean(axis=1).astype(np.float32)
+        if not np.isfinite(fitness).any():
+            first = failures[0] if failures else None
+            cause = (f"; first failure (member {first['member']}, episode {first['episode']}):"
+                     f" {first['error']} at {first['where']}" if first else "")
+            raise FloatingPointError(
+                f"ES generation: all {fitness.size} candidates failed or returned non-finite "
+                f"fitness{cause}; refusing to update the parameters")
+        return es._tell_jit(state, noise, jnp.asarray(fitness), self.es_cfg)
 
     def population_fitness(self, thetas: jax.Array, key: jax.Array) -> jax.Array:
         """``[P]`` team fitness of ``thetas[P, D]`` with the current executor, all members
@@ -724,6 +882,7 @@ class ESTrainer:
         if self.config.mode == "es":
             return ts
         t0 = time.perf_counter()
+        before = ts
         if self.env.kind == "jax":
             ts, metrics = self._train_step(ts)
         else:
@@ -731,6 +890,17 @@ class ESTrainer:
             ts, metrics = self._update(ts, batch)
             metrics = {**metrics, **stats, "env_steps": ts.env_steps}
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        bad = [k for k in _LOSS_KEYS if k in metrics and not math.isfinite(metrics[k])]
+        skipped = bool(bad) or not bool(_all_finite(_learned(ts)))
+        if skipped:
+            # keep the last good learner (networks, optimizer and value-norm statistics);
+            # the rollout (env states, key, step counter) moves on, so the next step sees
+            # new data instead of repeating the same blow-up
+            ts = ts._replace(**_learned(before)._asdict(), update_step=before.update_step)
+            log.warning("round %d: MAPPO update skipped: non-finite %s; the executor and "
+                        "critic keep their last finite parameters", self.round,
+                        ", ".join(bad) if bad else "parameters after the update")
+        metrics["skipped_updates"] = float(skipped)
         metrics["sps"] = self.mappo_cfg.batch_size / (time.perf_counter() - t0)
         self._round_metrics.append(metrics)
         return ts
@@ -785,12 +955,20 @@ class ESTrainer:
         checkpoints every ``checkpoint_every`` rounds and at the end, ``best_selector.npz``
         whenever the selector's fitness improves, and (when the run reaches ``n_outer``)
         the final episode GIF. Returns the history (all rounds so far).
+
+        Ctrl-C (SIGINT) or SIGTERM, on the main thread: the current round is finished and
+        checkpointed, then :class:`TrainingInterrupted` (a ``KeyboardInterrupt``) is
+        raised; a second signal stops at once, keeping every completed round. A fresh
+        trainer refuses a run directory that already holds checkpoints (resume it).
         """
         cfg = self.config
         start = self.round
         end = cfg.n_outer if rounds is None else min(cfg.n_outer, start + int(rounds))
         if end <= start:
             return self.history
+        if self._fresh and start == 0:
+            self._start_fresh_run_dir()
+        self._fresh = False
         self._ensure_run_dir()
         self._open_tensorboard()
         self._t_start = self._t_round = time.perf_counter()
@@ -801,6 +979,8 @@ class ESTrainer:
             self._pbar = tqdm(total=cfg.n_outer, initial=start, unit="round",
                               dynamic_ncols=True, desc=f"{cfg.mode}")
         self._user_on_round = on_round
+        self._stop_signal = None
+        restore = self._install_stop_handlers()
         try:
             if cfg.mode == "mappo":
                 ts = self.ts
@@ -831,7 +1011,15 @@ class ESTrainer:
             if self.round > start and mgr.latest() != mgr.path(self.round):
                 self.save_checkpoint()
             raise
+        except FloatingPointError as e:  # every ES member non-finite: nothing was written
+            latest = checkpoint.CheckpointManager(self.run_dir).latest()
+            cause = re.sub(r"^ES round \d+: ", "", str(e))  # merl_coexist counts from 0
+            raise FloatingPointError(
+                f"round {self.round}: {cause}. The run stopped without writing this round; "
+                f"{'the last checkpoint is ' + str(latest) if latest else 'no checkpoint yet'}"
+            ) from None
         finally:
+            restore()
             self._wall_offset = self._wall()
             self._t_start = 0.0
             if self._pbar is not None:
@@ -842,6 +1030,51 @@ class ESTrainer:
         if self.round >= cfg.n_outer and cfg.gif:
             self.write_gif(self.paths["gif"])
         return self.history
+
+    def _start_fresh_run_dir(self) -> None:
+        """Before round 0 of a new run: refuse a directory holding another run's
+        checkpoints, and start config.json / metrics.jsonl afresh (rows left by a run
+        killed before its first checkpoint belong to nothing that can be resumed)."""
+        if self.run_dir is None:
+            return
+        latest = checkpoint.CheckpointManager(self.run_dir).latest()
+        if latest is not None:
+            raise ValueError(
+                f"run directory {self.run_dir} already holds a run (checkpoint {latest.name});"
+                f" continue it with `feudal-es train --resume {self.run_dir}` "
+                "(ESTrainer.resume) or choose another directory")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _write_text_atomic(self.paths["config"],
+                           json.dumps(self.config.to_dict(), indent=2) + "\n")
+        _write_text_atomic(self.paths["metrics"], "")
+
+    def _install_stop_handlers(self) -> Callable[[], None]:
+        """SIGINT/SIGTERM -> finish the round, checkpoint, stop (a second signal: stop now).
+
+        Installed only on the main thread and only over the default handlers (a handler
+        the caller installed is left alone). Returns the function restoring them."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+        previous = {s: signal.getsignal(s) for s in defaults}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._stop_signal is not None:
+                raise TrainingInterrupted(signum, self.round, graceful=False)
+            self._stop_signal = signum
+            print(f"\nfeudal-es: {signal.Signals(signum).name}: finishing round {self.round}, "
+                  "then checkpointing and stopping (send it again to stop at once)",
+                  file=sys.stderr, flush=True)
+
+        installed = [s for s in defaults if previous[s] is defaults[s]]
+        for s in installed:
+            signal.signal(s, on_signal)
+
+        def restore() -> None:
+            for s in installed:
+                signal.signal(s, previous[s])
+
+        return restore
 
     def _open_tensorboard(self) -> None:
         if self._tb is not None:
@@ -877,9 +1110,16 @@ class ESTrainer:
             keys = self._round_metrics[0]
             for k in keys:
                 vals = [m[k] for m in self._round_metrics]
-                row[f"mappo/{k}"] = vals[-1] if k == "env_steps" else float(np.nanmean(vals)) \
+                row[f"mappo/{k}"] = vals[-1] if k == "env_steps" else sum(vals) if \
+                    k == "skipped_updates" else float(np.nanmean(vals)) \
                     if np.isfinite(vals).any() else None
         self._round_metrics = []
+        if self.env.kind == "host":
+            failures = self._failures + [{**f, "phase": "selector_eval"}
+                                         for f in self._host_eval.failures]
+            self._failures = []
+            row["failed_members"] = sum(f["phase"] == "population" for f in failures)
+            self._log_failures(r, failures)
         steps = self._round_env_steps(info is not None)
         row["sps"] = steps / dt if steps else None
         row["round_time"] = dt
@@ -915,6 +1155,25 @@ class ESTrainer:
             self._pbar.update(1)
         if self._user_on_round is not None:
             self._user_on_round(row)
+        if self._stop_signal is not None and self.round < self._end:
+            mgr = checkpoint.CheckpointManager(self.run_dir)
+            if mgr.latest() != mgr.path(self.round):
+                self.save_checkpoint()
+            raise TrainingInterrupted(self._stop_signal, self.round, graceful=True)
+
+    def _log_failures(self, round_: int, failures: list[dict]) -> None:
+        """Host path: warn about each failed evaluation episode and append it to
+        ``env_failures.jsonl`` in the run directory."""
+        if not failures:
+            return
+        with open(self.run_dir / "env_failures.jsonl", "a") as f:
+            for x in failures:
+                who = (f"population member {x['member']}" if x["phase"] == "population"
+                       else "the current selector's evaluation")
+                log.warning("round %d: %s failed in episode %d (env seed %d) and ranks last: "
+                            "%s (at %s)", round_, who, x["episode"], x["env_seed"], x["error"],
+                            x["where"])
+                f.write(json.dumps({"round": round_, **x}) + "\n")
 
     def _round_env_steps(self, es_ran: bool) -> int:
         """Swarm steps simulated in a round (MAPPO + ES + selector eval), JAX path."""
@@ -1010,7 +1269,13 @@ class ESTrainer:
         latest = mgr.latest()
         if latest is None:
             raise ValueError(f"cannot resume {run_dir}: no checkpoint (ckpt_*.npz) in it")
-        meta = checkpoint.read_metadata(latest)
+        try:
+            meta = checkpoint.read_metadata(latest)
+        except checkpoint.CheckpointError as e:  # say what is left rather than skip silently
+            older = ", ".join(p.name for p in reversed(mgr.all()[:-1]))
+            raise checkpoint.CheckpointError(
+                f"{e}" + (f" (older checkpoints in this run: {older}; move the damaged one "
+                          "away to resume from the previous)" if older else "")) from None
         if "config" not in meta:
             raise checkpoint.CheckpointError(f"{latest} has no trainer config in its metadata")
         config = TrainerConfig.from_dict(meta["config"])
@@ -1027,6 +1292,7 @@ class ESTrainer:
         trainer.best_fitness = float(tree["best_fitness"])
         trainer.history = list(meta.get("history", []))
         trainer._wall_offset = float(meta.get("wall_time") or 0.0)
+        trainer._fresh = False
         _write_text_atomic(trainer.paths["metrics"],
                            "".join(json.dumps(h) + "\n" for h in trainer.history))
         return trainer
@@ -1052,4 +1318,5 @@ class ESTrainer:
         trainer.round = int(tree["round"])
         trainer.best_fitness = float(tree["best_fitness"])
         trainer.history = list(meta.get("history", []))
+        trainer._fresh = False
         return trainer
