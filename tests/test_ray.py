@@ -1,0 +1,152 @@
+"""Ray back-end oracles (skipped when Ray is not installed): population returns on Ray
+workers equal the serial host evaluator's exactly, also when a worker process dies in the
+middle of a member's episode (Ray restarts it and re-runs its members), and a host-env
+trainer with ``backend="ray"`` reproduces the serial trainer's history.
+
+One local Ray instance (``ray.init(num_cpus=2)``) per module."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+
+import equinox as eqx
+import gymnasium as gym
+import jax
+import jax.flatten_util
+import numpy as np
+import pettingzoo
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from test_trainer import TINY_ACTOR, stable  # noqa: E402
+
+from agents import FeudalActor, executor_filter, selector_theta  # noqa: E402
+from feudal_es.host import HostEnvSpec  # noqa: E402
+from feudal_es.ray_backend import RayEvaluator, init_local  # noqa: E402
+from feudal_es.trainer import ESTrainer, TrainerConfig, _HostEvaluator  # noqa: E402
+
+
+class RayLine(pettingzoo.ParallelEnv):
+    """Three agents on a line, rewarded for approaching their goals; team reward at the
+    end. ``crash_file``: once ``<crash_file>.armed`` exists, the first process to step
+    such an env creates ``crash_file`` and dies at once (``os._exit``), as a worker
+    killed mid-episode would."""
+
+    metadata = {"name": "ray_line_v0"}  # noqa: RUF012
+
+    def __init__(self, max_cycles: int = 6, crash_file: str | None = None):
+        self.possible_agents = ["a0", "a1", "a2"]
+        self.agents = []
+        self.max_cycles = max_cycles
+        self.crash_file = crash_file
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def _obs(self):
+        return {a: np.array([self.pos[a], self.goal[a]], np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.pos = {a: float(rng.uniform(-1, 1)) for a in self.agents}
+        self.goal = {a: float(rng.uniform(-1, 1)) for a in self.agents}
+        self.t = 0
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        if self.crash_file is not None and os.path.exists(self.crash_file + ".armed"):
+            try:
+                os.close(os.open(self.crash_file, os.O_CREAT | os.O_EXCL))
+                os._exit(1)  # the first step anywhere: this worker process dies
+            except FileExistsError:
+                pass
+        self.t += 1
+        rewards = {}
+        for a in self.agents:
+            before = abs(self.pos[a] - self.goal[a])
+            self.pos[a] = float(np.clip(self.pos[a] + 0.3 * float(actions[a][0]), -1.5, 1.5))
+            rewards[a] = before - abs(self.pos[a] - self.goal[a])
+        done = self.t >= self.max_cycles
+        team = -float(np.mean([abs(self.pos[a] - self.goal[a]) for a in self.agents])) \
+            if done else 0.0
+        obs = self._obs()
+        infos = {a: {"team_reward": team} for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, {a: False for a in obs}, {a: done for a in obs}, infos
+
+
+pettingzoo.register("parallel", "tests/RayLine-v0", entry_point=RayLine)
+
+CFG = TrainerConfig(env="tests/RayLine-v0", mode="es", n_outer=2, episodes=2, num_skills=2,
+                    es=dict(pop_size=6, sigma=0.5), actor=TINY_ACTOR, critic=dict(hidden=[32]),
+                    mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1,
+                               selector_period=2),
+                    gif=False, backend="ray", ray_workers=2)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    init_local(num_cpus=2)  # workers import from this process's sys.path (test modules)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A randomised executor (so members differ), a population, the serial returns, and
+    one Ray evaluator (2 workers) whose envs can be told to kill their worker."""
+    spec = HostEnvSpec(RayLine(), num_skills=2)
+    actor = FeudalActor(jax.random.key(0), spec.observation_space, spec.action_space,
+                        spec.num_skills, CFG.actor_config)
+    params, rest = eqx.partition(actor, executor_filter(actor))
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    actor = eqx.combine(unravel(flat + 0.1 * jax.random.normal(jax.random.key(1), flat.shape)),
+                        rest)
+    theta = selector_theta(actor)
+    thetas = np.asarray(theta + 3 * jax.random.normal(jax.random.key(2), (5, theta.size)))
+    key = jax.random.key(3)
+    serial = _HostEvaluator(RayLine, spec, 2, 2, True, 100).returns(actor, thetas, 7, key)
+    assert np.unique(serial).size > 2  # members differ
+    crash = tmp_path_factory.mktemp("ray") / "crashed"
+    make = functools.partial(RayLine, crash_file=str(crash))
+    ev = RayEvaluator(functools.partial(_HostEvaluator, make, spec, 2, 2, True, 100),
+                      episodes=2, num_workers=2)
+    yield actor, thetas, key, serial, ev, crash
+    ev.close()
+
+
+def test_ray_returns_equal_serial(local_ray, setup):
+    actor, thetas, key, serial, ev, _ = setup
+    np.testing.assert_array_equal(ev.returns(actor, thetas, 7, key), serial)
+    assert ev.failures == []
+
+
+def test_dead_worker_is_replaced_and_its_members_rerun(local_ray, setup):
+    actor, thetas, key, serial, ev, crash = setup
+    before = set(ev.pids())
+    Path(str(crash) + ".armed").touch()
+    np.testing.assert_array_equal(ev.returns(actor, thetas, 7, key), serial)
+    assert crash.exists()  # a worker did die mid-episode ...
+    after = set(ev.pids())
+    assert len(after) == 2 and len(before & after) == 1  # ... and was replaced
+
+
+def test_trainer_ray_backend_equals_serial(local_ray, tmp_path):
+    serial = ESTrainer(dataclasses.replace(CFG, backend="serial"), tmp_path / "serial").run()
+    trainer = ESTrainer(CFG, tmp_path / "ray")
+    assert isinstance(trainer._population_eval, RayEvaluator)
+    try:
+        on_ray = trainer.run()
+    finally:
+        trainer._population_eval.close()
+    assert stable(on_ray) == stable(serial)
+    assert all(r["fitness_best"] is not None for r in on_ray)
