@@ -306,3 +306,34 @@ def test_actor_at_256_agents_is_local():
         np.testing.assert_array_equal(np.asarray(skill[sl]), np.asarray(skill_g))
         np.testing.assert_allclose(np.asarray(out.action[sl]), np.asarray(out_g.action),
                                    rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("in_ch,out_ch,kernel,stride,h,w", [
+    (3, 8, 3, 1, 9, 9), (2, 3, 5, 2, 11, 7),
+])
+def test_conv2d_and_its_custom_gradient_match_a_channel_first_xla_conv(in_ch, out_ch, kernel,
+                                                                        stride, h, w):
+    """``Conv2d`` (channel-last conv, im2col kernel gradient) == ``lax.conv`` in NCHW,
+    values and gradients w.r.t. kernel, bias and input."""
+    from agents.layers import Conv2d
+
+    conv = Conv2d(jax.random.key(0), in_ch, out_ch, kernel, stride, 1.0)
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((3, in_ch, h, w)), jnp.float32)
+    pad = kernel // 2
+
+    def ref(weight, bias, x):
+        y = jax.lax.conv_general_dilated(x, weight, (stride, stride), [(pad, pad)] * 2)
+        return y + bias[:, None, None]
+
+    def ours(weight, bias, x):
+        m = eqx.tree_at(lambda c: (c.weight, c.bias), conv, (weight, bias))
+        return jax.vmap(m)(x)
+
+    y_ref = ref(conv.weight, conv.bias, x)
+    np.testing.assert_allclose(ours(conv.weight, conv.bias, x), y_ref, rtol=1e-5, atol=1e-5)
+    cot = jnp.asarray(rng.standard_normal(y_ref.shape), jnp.float32)
+    grads = [jax.grad(lambda *a, f=f: (f(*a) * cot).sum(), argnums=(0, 1, 2))(
+        conv.weight, conv.bias, x) for f in (ref, ours)]
+    for g_ref, g_ours in zip(*grads, strict=True):
+        np.testing.assert_allclose(g_ours, g_ref, rtol=1e-4, atol=1e-4)
