@@ -104,8 +104,9 @@ class Packer:
 class CoreFns(NamedTuple):
     """Jitted functions over one env configuration (see :func:`core_fns`).
 
-    ``step(key, state, actions) -> (key, state, packed)`` where ``packed`` holds
-    ``(obs, EnvOut)``; ``unpack(Packer.to_host(packed))`` restores them as numpy.
+    ``step(key_data, state, actions) -> (key_data, state, packed)`` where ``key_data`` is
+    the raw ``uint32`` data of the key stream and ``packed`` holds ``(obs, EnvOut)``;
+    ``unpack(Packer.to_host(packed))`` restores them as numpy.
     """
 
     reset: Callable[[jax.Array], tuple[jax.Array, Any, Any]]
@@ -116,20 +117,22 @@ class CoreFns(NamedTuple):
 
 
 def _build_core_fns(env: SwarmEnv) -> CoreFns:
-    def reset(key):
-        key, sub = jax.random.split(key)
+    # The key travels as raw uint32 key data: a typed PRNG key returned from a jitted call
+    # is rebuilt in Python on every call (~20 us, a tenth of the adapter's step).
+    def reset(key_data):
+        key, sub = jax.random.split(jax.random.wrap_key_data(key_data))
         obs, state = env.reset(sub)
-        return key, obs, state
+        return jax.random.key_data(key), obs, state
 
     _, state_shape = jax.eval_shape(env.reset, jax.random.key(0))
     act_shape = jax.ShapeDtypeStruct((env.num_agents, *env.action_space.shape), jnp.float32)
     obs_shape, _, out_shape = jax.eval_shape(env.step, jax.random.key(0), state_shape, act_shape)
     packer = Packer((obs_shape, out_shape))
 
-    def step(key, state, actions):
-        key, sub = jax.random.split(key)
+    def step(key_data, state, actions):
+        key, sub = jax.random.split(jax.random.wrap_key_data(key_data))
         obs, state, out = env.step(sub, state, actions)
-        return key, state, packer.pack((obs, out))
+        return jax.random.key_data(key), state, packer.pack((obs, out))
 
     return CoreFns(
         reset=jax.jit(reset),
@@ -219,7 +222,7 @@ class SwarmParallelEnv(ParallelEnv):
         self._act_shape = (n, *act_space.shape)
         self._act_dtype = act_space.dtype
         self._fns = core_fns(env)
-        self._key: jax.Array | None = None
+        self._key: jax.Array | None = None  # raw uint32 key data
         self._state: Any = None
         self.num_steps = 0
 
@@ -236,7 +239,7 @@ class SwarmParallelEnv(ParallelEnv):
     ) -> tuple[dict[AgentID, Any], dict[AgentID, dict]]:
         """Start an episode; ``seed`` re-roots the key stream (see the module docstring)."""
         if seed is not None or self._key is None:
-            self._key = key_from_seed(seed)
+            self._key = jax.random.key_data(key_from_seed(seed))
         self._key, obs, self._state = self._fns.reset(self._key)
         obs = jax.device_get(obs)
         self.agents = list(self.possible_agents)
