@@ -219,7 +219,7 @@ def plot_curves(ax: Any, runs: list[dict], title: str, ylabel: str,
         line, = ax.plot(grid, mean, label=f"{MODE_LABELS[mode]} (n={len(mine)})")
         ax.fill_between(grid, mean - hw, mean + hw, color=line.get_color(), alpha=0.2)
         bands[mode] = (grid, mean, hw)
-    ax.set_xlabel("environment steps (training)")
+    ax.set_xlabel("training env steps (MAPPO samples + ES fitness episodes)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

@@ -101,7 +101,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
 
     fig, (ax1, ax2) = new_figure(2)
     plot_curves(ax1, runs, f"Coverage: {spent // 1000}k env steps / run",
-                "team fitness 1 - J(T)/J(0) (training episodes)", modes)
+                "team fitness 1 - J(T)/J(0)", modes)
     for name, vals in base_j.items():
         ax1.axhline(1 - np.mean(vals), ls="--", lw=1, color="gray")
         ax1.annotate(name, (ax1.get_xlim()[0], 1 - np.mean(vals)), fontsize=7,
