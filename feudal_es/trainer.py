@@ -1062,9 +1062,9 @@ class ESTrainer:
             if self._stop_signal is not None:
                 raise TrainingInterrupted(signum, self.round, graceful=False)
             self._stop_signal = signum
-            print(f"\nfeudal-es: {signal.Signals(signum).name}: finishing round {self.round}, "
-                  "then checkpointing and stopping (send it again to stop at once)",
-                  file=sys.stderr, flush=True)
+            print(f"\nfeudal-es: {signal.Signals(signum).name}: finishing the round in "
+                  f"progress ({self.round} done so far), then checkpointing and stopping "
+                  "(send it again to stop at once)", file=sys.stderr, flush=True)
 
         installed = [s for s in defaults if previous[s] is defaults[s]]
         for s in installed:

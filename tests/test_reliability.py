@@ -547,7 +547,8 @@ def test_signal_finishes_the_round_checkpoints_and_resumes_exactly(tmp_path, es_
     with pytest.raises(TrainingInterrupted) as stop:
         t.run()
     assert stop.value.graceful and stop.value.round == 2 and stop.value.signum == sig
-    assert "finishing round 1, then checkpointing" in capsys.readouterr().err
+    assert "finishing the round in progress (1 done so far), then checkpointing" in \
+        capsys.readouterr().err
     assert [r["round"] for r in rows(t.run_dir)] == [0, 1]
     assert checkpoint.CheckpointManager(t.run_dir).latest().name == "ckpt_00000002.npz"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
