@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python bench/es_core.py
+	$(BIN)/python -m bench.all
 
 # Every plot and table of the README's Results section, from scratch (CPU-sized budget,
 # about 40-60 min on 2 cores; `python -m experiments.all --scale 4` for longer runs).

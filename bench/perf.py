@@ -1,0 +1,288 @@
+"""ES-on-env performance: batched generation vs the reference loop, achieved FLOP/s,
+population and agent scaling, cold start of ``feudal-es train``.
+
+Each function measures one row family of the table ``python -m bench.all`` writes; run
+alone with ``python -m bench.perf`` (add ``--quick`` for smaller settings). All timings
+are wall-clock seconds, best of a few repeats after a compile call, on whatever JAX
+backend is active.
+
+- :func:`es_generation`: one ES generation on Coverage (8 agents, 100-step episode, one
+  episode per member) with the trainer's own jitted ``generation`` (ask + vmapped
+  population rollouts + tell, one call) against the reference path, ``es.es_step`` with
+  a per-member ``eval_fn`` (a jitted one-member rollout called once per member, as the
+  reference's host loop does). Also returns XLA's FLOP count of the compiled population
+  rollout (``lower().compile().cost_analysis()``) for :func:`flops_row`.
+- :func:`matmul_flops`: dense float32 matmul FLOP/s in the same process (the anchor).
+- :func:`population_scaling` / :func:`agent_scaling`: time per generation at several
+  population sizes; time per agent-step of the population rollout at several swarm sizes.
+- :func:`cold_start`: seconds from launching ``feudal-es train`` (defaults) to the first
+  row of ``metrics.jsonl`` (the first finished generation), with an empty XLA cache and
+  with the cache the first launch filled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def best_of(fn, repeats: int) -> float:
+    """Best wall time of ``fn()`` (which must block until its result is ready)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _setup(num_agents: int = 8, max_steps: int = 100, actor: dict | None = None,
+           pop: int = 64, episodes: int = 1):
+    """A trainer config and the pieces of its JAX path (no MAPPO compile)."""
+    from agents import FeudalActor, selector_theta
+    from feudal_es import es
+    from feudal_es.trainer import TrainerConfig, _jax_fns, make_population_rollouts, resolve_env
+
+    cfg = TrainerConfig(env="feudal_es/Coverage-v0",
+                        env_kwargs={"num_agents": num_agents, "max_steps": max_steps},
+                        episodes=episodes, es={"pop_size": pop}, actor=actor or {})
+    core = resolve_env(cfg.env, cfg.env_kwargs).core
+    actor_ = FeudalActor.from_env(jax.random.key(0), core, cfg.actor_config)
+    state = es.init(selector_theta(actor_), cfg.es_config)
+    rollouts = make_population_rollouts(core, cfg.mappo_config.selector_period,
+                                        cfg.deterministic_eval)
+    return cfg, core, actor_, state, rollouts, _jax_fns(cfg, core)
+
+
+def es_generation(actor: dict | None = None, loop_generations: int = 1,
+                  repeats: int = 3) -> dict[str, Any]:
+    """Batched generation vs reference loop on Coverage, pop 64, 8 agents, 100 steps."""
+    from feudal_es import es
+
+    cfg, core, actor_, state, rollouts, fns = _setup(actor=actor)
+    key = jax.random.key(1)
+    t0 = time.perf_counter()
+    jax.block_until_ready(fns.generation(key, state, actor_))
+    compile_batched = time.perf_counter() - t0
+    batched = best_of(lambda: jax.block_until_ready(fns.generation(key, state, actor_)),
+                      repeats)
+
+    member = eqx.filter_jit(rollouts)
+    keys = jax.random.split(jax.random.key(2), cfg.episodes)
+
+    def eval_fn(theta):  # the reference's per-member host fitness
+        return float(member(actor_, theta[None], keys)[0].mean())
+
+    t0 = time.perf_counter()
+    eval_fn(state.mean)
+    compile_loop = time.perf_counter() - t0
+    theta = state.mean
+    member_s = best_of(lambda: eval_fn(theta), repeats)
+    one = jax.jit(lambda a, t, k: rollouts(a, t, k)[0]).lower(actor_, theta[None], keys)
+    member_flops = _flops(one.compile()) * core.max_steps
+
+    def loop():
+        th = theta
+        for k in jax.random.split(key, loop_generations):
+            th, _ = es.es_step(th, eval_fn, cfg.es_config, k)
+        return th
+
+    loop_t = best_of(loop, 1) / loop_generations
+
+    thetas = jnp.broadcast_to(state.mean, (cfg.es_config.num_candidates, state.mean.size))
+    compiled = jax.jit(lambda a, t, k: rollouts(a, t, k)[0]).lower(actor_, thetas, keys).compile()
+    flops = _flops(compiled) * core.max_steps
+    roll = best_of(lambda: jax.block_until_ready(compiled(actor_, thetas, keys)), repeats)
+    chunked = jax.jit(lambda a, t, k: jax.lax.map(lambda x: rollouts(a, x[None], k)[0][0], t,
+                                                  batch_size=8))
+    jax.block_until_ready(chunked(actor_, thetas, keys))
+    chunk_s = best_of(lambda: jax.block_until_ready(chunked(actor_, thetas, keys)), repeats)
+    return {"chunked_s": chunk_s, "pop": int(cfg.es_config.num_candidates),
+            "agents": core.num_agents, "steps": core.max_steps, "batched_s": batched,
+            "loop_s": loop_t,
+            "speedup": loop_t / batched, "compile_batched_s": compile_batched,
+            "compile_member_s": compile_loop, "rollout_flops": flops, "rollout_s": roll,
+            "rollout_flops_per_s": flops / roll, "member_s": member_s,
+            "member_flops": member_flops, "member_flops_per_s": member_flops / member_s}
+
+
+def _flops(compiled: Any) -> float:
+    """XLA's FLOP count of a compiled computation (``cost_analysis()['flops']``).
+
+    XLA's cost analysis counts a while-loop body once (it does not know the trip count),
+    so for a ``lax.scan`` episode this is the FLOPs of one step (plus the small reset);
+    callers multiply by the number of steps."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost.get("flops", float("nan")))
+
+
+def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a dense ``[n, n] @ [n, n]`` float32 matmul under jit."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    mm = jax.jit(jnp.matmul)
+    jax.block_until_ready(mm(a, b))
+    return 2.0 * n ** 3 / best_of(lambda: jax.block_until_ready(mm(a, b)), repeats)
+
+
+def population_scaling(pops=(16, 64, 256), steps: int = 25, actor: dict | None = None,
+                       repeats: int = 1) -> list[dict[str, Any]]:
+    """Seconds per ES generation (Coverage, 8 agents, ``steps``-step episodes) per
+    population size."""
+    rows = []
+    for pop in pops:
+        _, _, actor_, state, _, fns = _setup(actor=actor, pop=pop, max_steps=steps)
+        key = jax.random.key(1)
+        jax.block_until_ready(fns.generation(key, state, actor_))
+        t = best_of(lambda fns=fns, s=state, a=actor_, k=key:
+                    jax.block_until_ready(fns.generation(k, s, a)), repeats)
+        rows.append({"pop": pop, "steps": steps, "gen_s": t, "per_member_ms": 1e3 * t / pop})
+    return rows
+
+
+def agent_scaling(agents=(8, 32, 256), pop: int = 4, steps: int = 25,
+                  actor: dict | None = None, repeats: int = 2) -> list[dict[str, Any]]:
+    """Microseconds per agent-step of the population rollout (Coverage) per swarm size."""
+    rows = []
+    for n in agents:
+        _, _, actor_, state, rollouts, _ = _setup(num_agents=n, max_steps=steps, actor=actor,
+                                                  pop=pop)
+        thetas = jnp.broadcast_to(state.mean, (pop, state.mean.size))
+        keys = jax.random.split(jax.random.key(2), 1)
+        f = jax.jit(lambda a, t, k, r=rollouts: r(a, t, k)[0])
+        jax.block_until_ready(f(actor_, thetas, keys))
+        t = best_of(lambda f=f, a=actor_, th=thetas, k=keys: jax.block_until_ready(f(a, th, k)),
+                    repeats)
+        rows.append({"agents": n, "pop": pop, "steps": steps,
+                     "us_per_agent_step": 1e6 * t / (pop * steps * n)})
+    return rows
+
+
+first_row: dict[str, Any] = {}  # the metrics.jsonl row _first_round saw last
+
+
+def _first_round(cache_dir: str, out_dir: Path, timeout: float) -> float | None:
+    """Seconds from launching ``feudal-es train`` to its first metrics.jsonl row."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache_dir)
+    cmd = [sys.executable, "-m", "feudal_es.cli", "train", "--out", str(out_dir),
+           "--no-progress"]
+    metrics = out_dir / "metrics.jsonl"
+    t0 = time.perf_counter()
+    first_row.clear()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        while time.perf_counter() - t0 < timeout:
+            if metrics.exists() and metrics.read_text().strip():
+                elapsed = time.perf_counter() - t0
+                first_row.update(json.loads(metrics.read_text().splitlines()[0]))
+                return elapsed
+            if proc.poll() is not None:
+                raise RuntimeError(f"feudal-es train exited ({proc.returncode}) before its "
+                                   f"first round: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.1)
+        return None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def cold_start(timeout: float = 600.0) -> dict[str, float | None]:
+    """First-generation latency of ``feudal-es train`` at defaults: empty XLA cache,
+    then again with the cache the first launch wrote."""
+    with tempfile.TemporaryDirectory(prefix="feudal-es-cold-") as tmp:
+        cache = str(Path(tmp) / "xla")
+        cold = _first_round(cache, Path(tmp) / "run1", timeout)
+        round_time = first_row.get("round_time")
+        warm = _first_round(cache, Path(tmp) / "run2", timeout) if cold else None
+    return {"cold_s": cold, "round_time": round_time, "warm_cache_s": warm}
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (else platform's guess)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def details_markdown(perf: dict[str, Any]) -> list[str]:
+    """The per-measurement details of :func:`main`'s results, as markdown lines."""
+    out = ["### ES on Coverage: details (bench/perf.py)", ""]
+    g, mm = perf.get("es_generation"), perf.get("matmul_flops")
+    if g:
+        out += [
+            f"- One ES generation, P={g['pop']}, {g['agents']} agents, {g['steps']} steps, "
+            f"default actor: batched {g['batched_s']:.3f} s (compile "
+            f"{g['compile_batched_s']:.1f} s), reference loop {g['loop_s']:.3f} s "
+            f"({g['member_s'] * 1e3:.0f} ms per member call; compile "
+            f"{g['compile_member_s']:.1f} s).",
+            f"- XLA cost analysis (scan body x {g['steps']} steps): "
+            f"{g['rollout_flops'] / 1e9:.2f} GFLOP per population "
+            f"rollout ({g['rollout_s']:.3f} s: {g['rollout_flops_per_s'] / 1e9:.2f} GFLOP/s), "
+            f"{g['member_flops'] / 1e9:.3f} GFLOP per one-member rollout "
+            f"({g['member_flops_per_s'] / 1e9:.2f} GFLOP/s).",
+            f"- The same population rollout evaluated 8 members at a time "
+            f"(`lax.map(batch_size=8)`): {g['chunked_s']:.3f} s vs {g['rollout_s']:.3f} s "
+            "vmapped."]
+    if mm:
+        out.append(f"- Dense float32 matmul 2048 x 2048 under jit: {mm / 1e9:.1f} GFLOP/s.")
+    if perf.get("population_scaling"):
+        steps = perf["population_scaling"][0]["steps"]
+        out += ["", f"Population scaling (8 agents, {steps}-step episodes, one episode per "
+                "member):", "", "| population | s / generation | ms / member |",
+                "|---:|---:|---:|"]
+        out += [f"| {r['pop']} | {r['gen_s']:.3f} | {r['per_member_ms']:.1f} |"
+                for r in perf["population_scaling"]]
+    if perf.get("agent_scaling"):
+        r0 = perf["agent_scaling"][0]
+        out += ["", f"Agent scaling (population {r0['pop']}, {r0['steps']}-step episodes, "
+                "Coverage defaults otherwise):", "",
+                "| agents | us / agent-step |", "|---:|---:|"]
+        out += [f"| {r['agents']} | {r['us_per_agent_step']:.2f} |"
+                for r in perf["agent_scaling"]]
+    cs = perf.get("cold_start")
+    if cs:
+        f = lambda x: "n/a" if x is None else f"{x:.1f} s"
+        out += ["", f"Cold start (`feudal-es train --out DIR`, defaults, until the first row "
+                f"of metrics.jsonl): empty XLA cache {f(cs['cold_s'])} (of which round 0 "
+                f"{f(cs.get('round_time'))}), cache filled by that launch "
+                f"{f(cs['warm_cache_s'])}."]
+    return [*out, ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller populations / swarms")
+    p.add_argument("--skip-cold-start", action="store_true")
+    args = p.parse_args(argv)
+    out: dict[str, Any] = {"es_generation": es_generation(), "matmul_flops": matmul_flops()}
+    out["population_scaling"] = population_scaling((16, 64) if args.quick else (16, 64, 256))
+    out["agent_scaling"] = agent_scaling((8, 32) if args.quick else (8, 32, 256))
+    if not args.skip_cold_start:
+        out["cold_start"] = cold_start()
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
