@@ -102,6 +102,13 @@ def main() -> None:
         print(f"{r['env']:10s} {r['epochs']:6d} {r['rollout_sps']:12.1f} {r['train_sps']:10.1f} "
               f"{r['ratio']:6.3f} {r['compile_rollout']:7.1f}/{r['compile_train']:.1f}")
     print("goal: train sps >= 0.3 x rollout sps")
+    # The structure of the ratio: a train step = the same collection + `epochs` passes of
+    # forward + backward over the batch, so ratio = 1 / (1 + epochs * u) with u = (cost of
+    # one update epoch) / (cost of the collection), measured per env and epochs setting.
+    for r in rows:
+        u = (1.0 / r["ratio"] - 1.0) / r["epochs"]
+        print(f"{r['env']:10s} epochs={r['epochs']}: one update epoch costs {u:.1f}x the "
+              f"collection; ratio 0.3 would need u <= {(1 / 0.3 - 1) / r['epochs']:.2f}")
     if args.markdown:
         print("\n| env | epochs x minibatches | rollout-only SPS | training SPS | ratio |")
         print("|---|---|---:|---:|---:|")
