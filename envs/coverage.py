@@ -83,9 +83,13 @@ class Coverage(SwarmEnv):
 
     - ``explore``: density mass newly added to the robot's sensed map this step, as a
       fraction of the total mass of phi (sums to at most 1 per robot per episode).
-    - ``cover``: decrease of the robot's own cell cost this step, ``N * (J_i(t-1) -
-      J_i(t)) / J(0)``; summed over robots and the episode it telescopes to ``N * (1 -
-      J(T)/J(0))``, so its per-robot average tracks the team's improvement.
+    - ``cover``: the robot's *difference reward* for coverage (Agogino & Tumer): how much
+      its own move lowered J, the others held at their new positions, ``N * (J(p_i(t-1),
+      p_-i(t)) - J(p(t))) / J(0)``. It is aligned with the team objective (a robot cannot
+      earn it by shrinking its own cell at a neighbour's expense, which the robot's own
+      cell cost rewarded) and, to first order in the step, sums over robots to ``N`` times
+      the team's decrease of ``J / J(0)``. Computed in one pass over the grid from the
+      nearest and second-nearest robot of every cell (see :meth:`cover_credit`).
     - ``reward = explore + cover``.
 
     **Team reward** (sparse, mission level): ``1 - J(T)/J(0)`` on the final step of the
@@ -225,6 +229,23 @@ class Coverage(SwarmEnv):
         mine, d2 = self.voronoi(pos)
         return jnp.sum(jnp.where(mine, density * d2, 0.0), axis=(1, 2)) * self.cell_area
 
+    def cover_credit(self, density: jax.Array, prev_pos: jax.Array, pos: jax.Array,
+                     ) -> tuple[jax.Array, jax.Array]:
+        """``([N] difference credit, [N] cell costs)`` at ``pos``.
+
+        Credit ``D_i = J(pos with p_i at prev_pos_i) - J(pos)``: the cost of cell ``q``
+        without robot ``i`` is the second-nearest robot's distance where ``i`` owns
+        ``q``, the nearest's elsewhere, so every ``D_i`` comes from one pass, O(N G^2).
+        """
+        mine, d2 = self.voronoi(pos)
+        nearest = jnp.min(d2, axis=0)
+        second = jnp.min(jnp.where(mine, jnp.inf, d2), axis=0)
+        without_i = jnp.where(mine, second[None], nearest[None])  # [N, G, G]
+        back = jnp.minimum(without_i, self.sq_dists(prev_pos))
+        credit = jnp.sum(density * (back - nearest[None]), axis=(1, 2)) * self.cell_area
+        cell_cost = jnp.sum(jnp.where(mine, density * d2, 0.0), axis=(1, 2)) * self.cell_area
+        return credit, cell_cost
+
     def coverage_cost(self, state: CoverageState) -> jax.Array:
         """``[]`` Voronoi locational cost J of the current positions under the true phi."""
         return jnp.sum(self.cell_costs(state.density, state.pos))
@@ -275,7 +296,7 @@ class Coverage(SwarmEnv):
         vel = jnp.clip(actions.astype(jnp.float32), -1.0, 1.0) * self.max_speed
         pos = jnp.clip(state.pos + vel, 0.0, self.world_size)
         seen = state.seen | self.sensor_mask(pos)
-        cell_cost = self.cell_costs(state.density, pos)
+        credit, cell_cost = self.cover_credit(state.density, state.pos, pos)
         t = state.t + 1
         next_state = CoverageState(pos=pos, density=state.density, seen=seen,
                                    cell_cost=cell_cost, cost0=state.cost0, t=t)
@@ -284,7 +305,7 @@ class Coverage(SwarmEnv):
         new = seen & ~state.seen
         explore = jnp.sum(jnp.where(new, state.density, 0.0), axis=(1, 2)) / total_mass
         cost0 = jnp.maximum(state.cost0, 1e-12)
-        cover = self.num_agents * (state.cell_cost - cell_cost) / cost0
+        cover = self.num_agents * credit / cost0
         skill_rewards = jnp.stack([explore, cover], axis=-1)
         ratio = jnp.sum(cell_cost) / cost0
         done = t >= self.max_steps

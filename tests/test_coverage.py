@@ -178,11 +178,14 @@ def test_coverage_cost_matches_brute_force(small):
     np.testing.assert_allclose(float(jax.jit(env.coverage_cost)(s0)), j0, rtol=1e-5)
     for (_, prev, _), (_, s, out) in itertools.pairwise(traj):
         j, per_robot = np_cost(env, np.asarray(s.density), np.asarray(s.pos))
-        _, per_robot_prev = np_cost(env, np.asarray(prev.density), np.asarray(prev.pos))
         np.testing.assert_allclose(np.asarray(s.cell_cost), per_robot, rtol=1e-4, atol=1e-9)
         np.testing.assert_allclose(float(out.metrics["coverage_cost"]), j / j0, rtol=1e-5)
-        # cover skill = N * decrease of the robot's own cell cost / J(0)
-        cover = env.num_agents * (per_robot_prev - per_robot) / j0
+        # cover skill = N * difference reward / J(0): J with robot i moved back, minus J
+        back = [np_cost(env, np.asarray(s.density),
+                        np.where(np.arange(env.num_agents)[:, None] == i,
+                                 np.asarray(prev.pos), np.asarray(s.pos)))[0]
+                for i in range(env.num_agents)]
+        cover = env.num_agents * (np.asarray(back) - j) / j0
         np.testing.assert_allclose(np.asarray(out.skill_rewards[:, 1]), cover,
                                    rtol=1e-4, atol=1e-6)
 
