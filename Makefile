@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/feudal-es demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow" -q --durations=15
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q
