@@ -102,10 +102,14 @@ class RayEvaluator:
       env_id: the env id, to forward run-time PettingZoo registrations to the workers.
       num_workers: Ray actors; 0 = the CPUs Ray reports.
       max_restarts: restarts of a worker that dies (its tasks are re-run each time).
+      start_timeout: seconds to wait for every worker to be scheduled and built; past it
+        the workers are stopped and a ``RuntimeError`` says why (instead of a generation
+        that waits forever on actors Ray cannot place, e.g. when other actors hold the
+        cluster's CPUs).
     """
 
     def __init__(self, make_evaluator: Callable[[], Any], episodes: int, env_id: str = "",
-                 num_workers: int = 0, max_restarts: int = 3):
+                 num_workers: int = 0, max_restarts: int = 3, start_timeout: float = 300.0):
         try:
             import ray
             from ray.util import ActorPool
@@ -119,6 +123,16 @@ class RayEvaluator:
                             max_task_retries=max_restarts)(_Worker)
         specs = registry_specs(env_id) if env_id else {}
         self.workers = [remote.remote(make_evaluator, specs) for _ in range(n)]
+        ready, _ = ray.wait([w.pid.remote() for w in self.workers], num_returns=n,
+                            timeout=start_timeout)
+        if len(ready) < n:
+            total = ray.cluster_resources().get("CPU", 0)
+            free = ray.available_resources().get("CPU", 0)
+            self.close()
+            raise RuntimeError(
+                f"only {len(ready)} of {n} Ray workers started within {start_timeout:g} s "
+                f"(each needs 1 CPU; the cluster has {total:g}, {free:g} free): lower "
+                "TrainerConfig.ray_workers or stop the actors holding the CPUs")
         self._pool_cls = ActorPool
         self.episodes = int(episodes)
         self._version = 0

@@ -3,13 +3,14 @@ workers equal the serial host evaluator's exactly, also when a worker process di
 middle of a member's episode (Ray restarts it and re-runs its members), and a host-env
 trainer with ``backend="ray"`` reproduces the serial trainer's history.
 
-One local Ray instance (``ray.init(num_cpus=2)``) per module."""
+One local Ray instance per module."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
+import time
 from pathlib import Path
 
 import equinox as eqx
@@ -95,7 +96,9 @@ CFG = TrainerConfig(env="tests/RayLine-v0", mode="es", n_outer=2, episodes=2, nu
 
 @pytest.fixture(scope="module")
 def local_ray():
-    init_local(num_cpus=2)  # workers import from this process's sys.path (test modules)
+    # Workers import from this process's sys.path (test modules). 4 logical CPUs: the
+    # module's evaluator (2 workers) lives while the trainer test starts its own 2.
+    init_local(num_cpus=4)
     yield
     ray.shutdown()
 
@@ -150,3 +153,17 @@ def test_trainer_ray_backend_equals_serial(local_ray, tmp_path):
         trainer._population_eval.close()
     assert stable(on_ray) == stable(serial)
     assert all(r["fitness_best"] is not None for r in on_ray)
+
+
+def test_workers_that_cannot_be_scheduled_raise_instead_of_hanging(local_ray, setup):
+    """The module's evaluator holds 2 of the 4 CPUs: 3 more 1-CPU workers cannot all be
+    placed, and the evaluator says so after ``start_timeout`` (a generation used to wait
+    forever on them)."""
+    spec = HostEnvSpec(RayLine(), num_skills=2)
+    make = functools.partial(_HostEvaluator, RayLine, spec, 2, 2, True, 100)
+    with pytest.raises(RuntimeError, match=r"of 3 Ray workers started within 2 s"):
+        RayEvaluator(make, episodes=2, num_workers=3, start_timeout=2.0)
+    deadline = time.monotonic() + 30  # the partial workers were stopped (freed lazily)
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) >= 2
