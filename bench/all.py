@@ -2,6 +2,7 @@
 
     python -m bench.all            # or: make bench   (about 10-20 min on 2 CPU cores)
     python -m bench.all --quick    # smaller settings, for a smoke run
+    python -m bench.all --only perf   # rerun one part; the others' rows are carried over
 
 Runs ``bench/es_core.py``, ``bench/envs.py`` and ``bench/mappo.py`` as subprocesses (their
 own ``--markdown`` output is kept verbatim) and the ES-on-env measurements of
@@ -10,7 +11,9 @@ own ``--markdown`` output is kept verbatim) and the ES-on-env measurements of
 (each row a ratio whose two sides were measured in this run), the shortfalls with their
 measured causes, and the raw outputs. The hand-written per-script sections below the block
 are left as they are. The machine's load average is recorded before and after, since the
-numbers are only as good as the share of the CPU the run got.
+numbers are only as good as the share of the CPU the run got. With ``--only``, the parts
+not rerun keep the raw outputs of the previous block (their rows are rebuilt from them and
+marked with the date of the run that measured them).
 """
 
 from __future__ import annotations
@@ -231,34 +234,34 @@ def measure_perf(quick: bool, skip_cold: bool, log) -> dict[str, Any]:
     log("perf: ES generation (batched vs reference loop) and FLOP/s")
     out["es_generation"] = perf.es_generation()
     out["matmul_flops"] = perf.matmul_flops()
-    log("perf: population scaling")
-    out["population_scaling"] = perf.population_scaling((16, 64) if quick else (16, 64, 256))
+    log("perf: population scaling (the trainer's default population_chunk, then full width)")
+    pops = (16, 64) if quick else (16, 64, 256)
+    out["population_scaling"] = perf.population_scaling(pops)
+    out["population_scaling_vmap"] = perf.population_scaling(pops, chunk=-1)
     log("perf: agent scaling")
     out["agent_scaling"] = perf.agent_scaling((8, 32) if quick else (8, 32, 256))
     if not skip_cold:
         log("perf: cold start")
         out["cold_start"] = perf.cold_start()
     g, mm = out["es_generation"], out["matmul_flops"]
+    how = (f"{g['chunk']} members at a time (`lax.map(batch_size={g['chunk']})`)"
+           if 0 < g["chunk"] < g["pop"] else "one full-width vmap")
     out["flops_cause"] = (
         f"one member alone runs at {g['member_flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"({100 * g['member_flops_per_s'] / mm:.0f}% of the matmul anchor), the {g['pop']}-wide "
-        f"vmapped population at {g['rollout_flops_per_s'] / 1e9:.1f} GFLOP/s: the wide batch "
-        "loses efficiency (its conv activations, P x agents x 16 x 16 x 32 floats per layer, "
-        "no longer fit the CPU caches). The same population evaluated 8 members at a time "
-        f"(`lax.map(batch_size=8)`, still one jitted call) took {g['chunked_s']:.2f} s against "
-        f"{g['rollout_s']:.2f} s vmapped ({g['rollout_s'] / g['chunked_s']:.2f}x); the rest "
-        "of the gap to the matmul is the small, memory-bound convolutions (3 input "
-        "channels, 16 x 16 maps) and the env's gathers, which no batching turns into "
-        "matmul-shaped work on a CPU.")
-    sc = out["population_scaling"]
+        f"({100 * g['member_flops_per_s'] / mm:.0f}% of the matmul anchor), the {g['pop']}-member "
+        f"population as the trainer runs it, {how}, at {g['rollout_flops_per_s'] / 1e9:.1f} "
+        f"GFLOP/s, as one full-width vmap at {g['rollout_flops'] / g['vmap_s'] / 1e9:.1f} "
+        "GFLOP/s (its activations no longer fit the CPU caches); the rest of the gap to the "
+        "matmul is the small, memory-bound convolutions (3 input channels, 16 x 16 maps) and "
+        "the env's gathers, which no batching turns into matmul-shaped work on a CPU.")
+    sc, wide = out["population_scaling"], out["population_scaling_vmap"]
     out["scaling_cause"] = (
-        f"the cost per member grows with the population ({sc[0]['per_member_ms']:.0f} ms at "
-        f"P={sc[0]['pop']}, {sc[-1]['per_member_ms']:.0f} ms at P={sc[-1]['pop']}): the "
-        "vmapped population's activations grow with P and stop fitting the CPU caches. "
-        f"Evaluating the P={g['pop']} population 8 members at a time (`lax.map(batch_size=8)`,"
-        f" still one jitted call) took {g['chunked_s']:.2f} s against {g['rollout_s']:.2f} s "
-        "vmapped in this run, the fix to wire into the trainer's JAX path for CPU runs (a "
-        "GPU wants the full-width vmap).")
+        f"cost per member with the trainer's default chunk ({sc[-1]['chunk']} members): "
+        + ", ".join(f"{r['per_member_ms']:.1f} ms at P={r['pop']}" for r in sc)
+        + "; as one full-width vmap: "
+        + ", ".join(f"{r['per_member_ms']:.1f} ms" for r in wide)
+        + " (the full-width columns of the details table show the cache effect the chunk "
+        "removes; the growth left with the chunk is not profiled by this run).")
     cs = out.get("cold_start") or {}
     if cs.get("cold_s"):
         out["cold_cause"] = (
@@ -303,15 +306,41 @@ def write_results(block: str) -> None:
     RESULTS.write_text(new)
 
 
+PARTS = ["es_core", "envs", "mappo", "perf"]
+SECTION = re.compile(r"<details><summary>bench/(\w+)\.py ?(.*?) \(stdout, (\d+) s(?:, run "
+                     r"([^)]*))?\)</summary>\n\n```\n(.*?)\n```\n\n</details>", re.S)
+
+
+def previous_outputs() -> dict[str, tuple[str, str, float, str]]:
+    """The raw script outputs kept in the current block of RESULTS.md:
+    ``{name: (args, stdout, seconds, date of the run that measured it)}``."""
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    if BEGIN not in old or END not in old:
+        return {}
+    block = old[old.index(BEGIN):old.index(END)]
+    m = re.search(r"^Run (\d{4}-\d\d-\d\d \d\d:\d\d)", block, re.M)
+    date = m.group(1) if m else "unknown date"
+    return {n: (a, body, float(secs), when or date)
+            for n, a, secs, when, body in SECTION.findall(block)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller settings (smoke run)")
     p.add_argument("--skip", nargs="*", default=[], choices=["es_core", "envs", "mappo",
                                                              "perf", "cold_start"])
+    p.add_argument("--only", nargs="+", default=None, choices=PARTS,
+                   help="run only these parts; the rows of the others are rebuilt from the "
+                   "raw outputs kept in the previous block (marked with their run's date)")
     p.add_argument("--timeout", type=float, default=900, help="per script, seconds")
     p.add_argument("--no-write", action="store_true", help="print instead of writing")
     args = p.parse_args(argv)
+    carried: dict[str, tuple[str, str, float, str]] = {}
+    if args.only is not None:
+        args.skip = sorted(set(args.skip) | (set(PARTS) - set(args.only)))
+        carried = {n: v for n, v in previous_outputs().items() if n in args.skip}
     t_start = time.perf_counter()
+    now = datetime.datetime.now().strftime('%Y-%m-%d %H:%M')
     load0 = os.getloadavg()
     from feudal_es.mappo import MAPPOConfig
 
@@ -326,9 +355,15 @@ def main(argv: list[str] | None = None) -> int:
         + (["--envs", "Coverage", "--repeats", "1"] if args.quick else []),
     }
     outputs: dict[str, tuple[str, float]] = {}
+    titles: dict[str, str] = {}
     for name, a in scripts.items():
         if name in args.skip:
+            if name in carried:
+                a_old, out_old, secs, when = carried[name]
+                outputs[name] = (out_old, secs)
+                titles[name] = f"bench/{name}.py {a_old} (stdout, {secs:.0f} s, run {when})"
             continue
+        titles[name] = f"bench/{name}.py {' '.join(a)} (stdout, {{s:.0f}} s, run {now})"
         log(f"bench/{name}.py {' '.join(a)}")
         outputs[name] = run_script(name, a, args.timeout)
     perf: dict[str, Any] = {}
@@ -352,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         notes += perf_mod.details_markdown(perf)
     total = time.perf_counter() - t_start
     header = (
-        f"Run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, `python -m bench.all"
+        f"Run {now}, `python -m bench.all"
         f"{' ' + ' '.join(argv if argv is not None else sys.argv[1:])}`, {total / 60:.1f} min; "
         f"{perf_mod.cpu_name()} ({os.cpu_count()} cores), {platform.machine()}, jax "
         f"{jax.__version__} on {jax.default_backend()}. **Load average (1/5/15 min) at start "
@@ -360,8 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{load1[2]:.1f}**: a load above the core count means other jobs shared the CPU and "
         "absolute figures are low; each ratio's two sides ran in this same run, close in time."
     )
-    sections = [(f"bench/{n}.py {' '.join(scripts[n])} (stdout, {s:.0f} s)", o)
-                for n, (o, s) in outputs.items()]
+    if carried:
+        header += (" Not rerun (`--only`), rows rebuilt from the outputs kept from the run "
+                   "they name: " + ", ".join(f"bench/{n}.py ({c[3]})" for n, c in
+                                             carried.items()) + ".")
+    sections = [(titles[n].replace("{s:.0f}", f"{s:.0f}"), o) for n, (o, s) in outputs.items()]
     block = render(table, sections, header, notes)
     if args.no_write:
         print(block)

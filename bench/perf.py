@@ -10,8 +10,10 @@ backend is active.
   episode per member) with the trainer's own jitted ``generation`` (ask + vmapped
   population rollouts + tell, one call) against the reference path, ``es.es_step`` with
   a per-member ``eval_fn`` (a jitted one-member rollout called once per member, as the
-  reference's host loop does). Also returns XLA's FLOP count of the compiled population
-  rollout (``lower().compile().cost_analysis()``) for :func:`flops_row`.
+  reference's host loop does). Also returns XLA's FLOP count of the population rollout
+  (``lower().compile().cost_analysis()`` of the full-width vmap; the trainer's chunked
+  rollout does the same work) and the rollout's time both as the trainer runs it
+  (``TrainerConfig.population_chunk``: 8 members at a time on CPU) and full-width.
 - :func:`matmul_flops`: dense float32 matmul FLOP/s in the same process (the anchor).
 - :func:`population_scaling` / :func:`agent_scaling`: time per generation at several
   population sizes; time per agent-step of the population rollout at several swarm sizes.
@@ -50,20 +52,28 @@ def best_of(fn, repeats: int) -> float:
 
 
 def _setup(num_agents: int = 8, max_steps: int = 100, actor: dict | None = None,
-           pop: int = 64, episodes: int = 1):
-    """A trainer config and the pieces of its JAX path (no MAPPO compile)."""
+           pop: int = 64, episodes: int = 1, chunk: int = 0):
+    """A trainer config and the pieces of its JAX path (no MAPPO compile); ``rollouts`` is
+    the trainer's (chunked as ``population_chunk`` says), ``chunk`` its config field."""
     from agents import FeudalActor, selector_theta
     from feudal_es import es
-    from feudal_es.trainer import TrainerConfig, _jax_fns, make_population_rollouts, resolve_env
+    from feudal_es.trainer import (
+        TrainerConfig,
+        _jax_fns,
+        make_population_rollouts,
+        population_chunk,
+        resolve_env,
+    )
 
     cfg = TrainerConfig(env="feudal_es/Coverage-v0",
                         env_kwargs={"num_agents": num_agents, "max_steps": max_steps},
-                        episodes=episodes, es={"pop_size": pop}, actor=actor or {})
+                        episodes=episodes, es={"pop_size": pop}, actor=actor or {},
+                        population_chunk=chunk)
     core = resolve_env(cfg.env, cfg.env_kwargs).core
     actor_ = FeudalActor.from_env(jax.random.key(0), core, cfg.actor_config)
     state = es.init(selector_theta(actor_), cfg.es_config)
     rollouts = make_population_rollouts(core, cfg.mappo_config.selector_period,
-                                        cfg.deterministic_eval)
+                                        cfg.deterministic_eval, population_chunk(cfg))
     return cfg, core, actor_, state, rollouts, _jax_fns(cfg, core)
 
 
@@ -71,8 +81,10 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
                   repeats: int = 3) -> dict[str, Any]:
     """Batched generation vs reference loop on Coverage, pop 64, 8 agents, 100 steps."""
     from feudal_es import es
+    from feudal_es.trainer import make_population_rollouts, population_chunk
 
     cfg, core, actor_, state, rollouts, fns = _setup(actor=actor)
+    chunk = population_chunk(cfg)
     key = jax.random.key(1)
     t0 = time.perf_counter()
     jax.block_until_ready(fns.generation(key, state, actor_))
@@ -103,14 +115,17 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
     loop_t = best_of(loop, 1) / loop_generations
 
     thetas = jnp.broadcast_to(state.mean, (cfg.es_config.num_candidates, state.mean.size))
-    compiled = jax.jit(lambda a, t, k: rollouts(a, t, k)[0]).lower(actor_, thetas, keys).compile()
+    # FLOPs from the full-width vmap: the chunked rollout nests the episode scan in the
+    # chunk loop, and cost analysis counts each loop body once (same work either way)
+    wide = make_population_rollouts(core, cfg.mappo_config.selector_period,
+                                    cfg.deterministic_eval)
+    compiled = jax.jit(lambda a, t, k: wide(a, t, k)[0]).lower(actor_, thetas, keys).compile()
     flops = _flops(compiled) * core.max_steps
-    roll = best_of(lambda: jax.block_until_ready(compiled(actor_, thetas, keys)), repeats)
-    chunked = jax.jit(lambda a, t, k: jax.lax.map(lambda x: rollouts(a, x[None], k)[0][0], t,
-                                                  batch_size=8))
-    jax.block_until_ready(chunked(actor_, thetas, keys))
-    chunk_s = best_of(lambda: jax.block_until_ready(chunked(actor_, thetas, keys)), repeats)
-    return {"chunked_s": chunk_s, "pop": int(cfg.es_config.num_candidates),
+    vmap_s = best_of(lambda: jax.block_until_ready(compiled(actor_, thetas, keys)), repeats)
+    ours = jax.jit(lambda a, t, k: rollouts(a, t, k)[0])  # the trainer's (chunked on CPU)
+    jax.block_until_ready(ours(actor_, thetas, keys))
+    roll = best_of(lambda: jax.block_until_ready(ours(actor_, thetas, keys)), repeats)
+    return {"chunk": chunk, "vmap_s": vmap_s, "pop": int(cfg.es_config.num_candidates),
             "agents": core.num_agents, "steps": core.max_steps, "batched_s": batched,
             "loop_s": loop_t,
             "speedup": loop_t / batched, "compile_batched_s": compile_batched,
@@ -140,17 +155,22 @@ def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
 
 
 def population_scaling(pops=(16, 64, 256), steps: int = 25, actor: dict | None = None,
-                       repeats: int = 1) -> list[dict[str, Any]]:
+                       repeats: int = 3, chunk: int = 0) -> list[dict[str, Any]]:
     """Seconds per ES generation (Coverage, 8 agents, ``steps``-step episodes) per
-    population size."""
+    population size, with the trainer's jitted generation at ``population_chunk=chunk``
+    (0: the trainer's default, 8 members at a time on CPU; ``-1``: full-width vmap)."""
+    from feudal_es.trainer import population_chunk
+
     rows = []
     for pop in pops:
-        _, _, actor_, state, _, fns = _setup(actor=actor, pop=pop, max_steps=steps)
+        cfg, _, actor_, state, _, fns = _setup(actor=actor, pop=pop, max_steps=steps,
+                                               chunk=pop if chunk < 0 else chunk)
         key = jax.random.key(1)
         jax.block_until_ready(fns.generation(key, state, actor_))
         t = best_of(lambda fns=fns, s=state, a=actor_, k=key:
                     jax.block_until_ready(fns.generation(k, s, a)), repeats)
-        rows.append({"pop": pop, "steps": steps, "gen_s": t, "per_member_ms": 1e3 * t / pop})
+        rows.append({"pop": pop, "steps": steps, "chunk": population_chunk(cfg), "gen_s": t,
+                     "per_member_ms": 1e3 * t / pop})
     return rows
 
 
@@ -241,18 +261,25 @@ def details_markdown(perf: dict[str, Any]) -> list[str]:
             f"rollout ({g['rollout_s']:.3f} s: {g['rollout_flops_per_s'] / 1e9:.2f} GFLOP/s), "
             f"{g['member_flops'] / 1e9:.3f} GFLOP per one-member rollout "
             f"({g['member_flops_per_s'] / 1e9:.2f} GFLOP/s).",
-            f"- The same population rollout evaluated 8 members at a time "
-            f"(`lax.map(batch_size=8)`): {g['chunked_s']:.3f} s vs {g['rollout_s']:.3f} s "
-            "vmapped."]
+            f"- The population rollout as the trainer runs it ({_chunk_words(g['chunk'], g['pop'])}"
+            f"): {g['rollout_s']:.3f} s; the same rollout as one full-width vmap: "
+            f"{g['vmap_s']:.3f} s ({g['vmap_s'] / g['rollout_s']:.2f}x the time)."]
     if mm:
         out.append(f"- Dense float32 matmul 2048 x 2048 under jit: {mm / 1e9:.1f} GFLOP/s.")
     if perf.get("population_scaling"):
         steps = perf["population_scaling"][0]["steps"]
+        wide = {r["pop"]: r for r in perf.get("population_scaling_vmap") or []}
         out += ["", f"Population scaling (8 agents, {steps}-step episodes, one episode per "
-                "member):", "", "| population | s / generation | ms / member |",
-                "|---:|---:|---:|"]
-        out += [f"| {r['pop']} | {r['gen_s']:.3f} | {r['per_member_ms']:.1f} |"
-                for r in perf["population_scaling"]]
+                "member; the trainer's jitted generation at its default `population_chunk`, "
+                "and the same generation as one full-width vmap):", "",
+                "| population | members per chunk | s / generation | ms / member | "
+                "full-width vmap: s / generation | ms / member |",
+                "|---:|---:|---:|---:|---:|---:|"]
+        for r in perf["population_scaling"]:
+            w = wide.get(r["pop"])
+            tail = (f"{w['gen_s']:.3f} | {w['per_member_ms']:.1f}" if w else "n/a | n/a")
+            out.append(f"| {r['pop']} | {r['chunk'] or r['pop']} | {r['gen_s']:.3f} | "
+                       f"{r['per_member_ms']:.1f} | {tail} |")
     if perf.get("agent_scaling"):
         r0 = perf["agent_scaling"][0]
         out += ["", f"Agent scaling (population {r0['pop']}, {r0['steps']}-step episodes, "
@@ -270,13 +297,22 @@ def details_markdown(perf: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _chunk_words(chunk: int, pop: int) -> str:
+    if 0 < chunk < pop:
+        return (f"`population_chunk` default: {chunk} members at a time, "
+                f"`lax.map(batch_size={chunk})`")
+    return "`population_chunk` default: full width, one vmap"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller populations / swarms")
     p.add_argument("--skip-cold-start", action="store_true")
     args = p.parse_args(argv)
     out: dict[str, Any] = {"es_generation": es_generation(), "matmul_flops": matmul_flops()}
-    out["population_scaling"] = population_scaling((16, 64) if args.quick else (16, 64, 256))
+    pops = (16, 64) if args.quick else (16, 64, 256)
+    out["population_scaling"] = population_scaling(pops)
+    out["population_scaling_vmap"] = population_scaling(pops, chunk=-1)
     out["agent_scaling"] = agent_scaling((8, 32) if args.quick else (8, 32, 256))
     if not args.skip_cold_start:
         out["cold_start"] = cold_start()

@@ -109,6 +109,12 @@ class TrainerConfig:
     # JAX envs: devices the ES population is sharded over (feudal_es.sharding); 0 = all
     # of jax.devices() (no sharding when there is one), 1 = never shard, n = the first n
     population_devices: int = 0
+    # JAX envs: ES members evaluated together per chunk (per device when sharded): the
+    # population rollout is a lax.map(batch_size=...) over vmapped chunks, a remainder
+    # chunk included. 0 = automatic: CPU_POPULATION_CHUNK (8) on a CPU backend, where the
+    # full-width batch's activations overflow the caches, the whole population otherwise
+    # (a GPU wants the full width); n >= the population = one full-width vmap
+    population_chunk: int = 0
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
 
@@ -128,7 +134,7 @@ class TrainerConfig:
                           ("seed", 0), ("num_skills", 1), ("checkpoint_every", 1),
                           ("keep_checkpoints", 1), ("plot_every", 1),
                           ("max_episode_steps", 1), ("population_devices", 0),
-                          ("ray_workers", 0)):
+                          ("population_chunk", 0), ("ray_workers", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{c}.{name} must be an int, got {type(v).__name__} {v!r}")
@@ -437,11 +443,16 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def make_population_rollouts(env: SwarmEnv, period: int, deterministic: bool) -> Callable:
+def make_population_rollouts(env: SwarmEnv, period: int, deterministic: bool,
+                             chunk: int = 0) -> Callable:
     """``rollouts(actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics[P, E])``.
 
     Every member ``p`` runs episode ``e`` from ``keys[e]`` (common random numbers) with
     ``set_selector_theta(actor, thetas[p])``. Pure; ``vmap`` x ``vmap`` x ``lax.scan``.
+    ``0 < chunk < P`` evaluates the members ``chunk`` at a time instead,
+    ``lax.map(batch_size=chunk)`` (a ``lax.scan`` over ``P // chunk`` vmapped chunks, then
+    one vmap over the ``P % chunk`` remainder): same program per member, activations
+    bounded by ``chunk`` (see ``TrainerConfig.population_chunk``).
     """
 
     def rollouts(actor: FeudalActor, thetas: jax.Array, keys: jax.Array):
@@ -449,6 +460,8 @@ def make_population_rollouts(env: SwarmEnv, period: int, deterministic: bool) ->
             a = set_selector_theta(actor, theta)
             return jax.vmap(lambda k: _episode(env, a, k, period, deterministic))(keys)
 
+        if 0 < chunk < thetas.shape[0]:
+            return jax.lax.map(member, thetas, batch_size=chunk)
         return jax.vmap(member)(thetas)
 
     return rollouts
@@ -478,22 +491,37 @@ def _population_devices(config: TrainerConfig) -> list:
     return devices[:n]
 
 
+CPU_POPULATION_CHUNK = 8  # population_chunk=0 on a CPU backend (bench/perf.py measures it)
+
+
+def population_chunk(config: TrainerConfig) -> int:
+    """Members evaluated together per chunk on the JAX path (0 = the whole population):
+    ``config.population_chunk``, or for 0 :data:`CPU_POPULATION_CHUNK` when
+    ``jax.default_backend()`` is ``"cpu"`` and full width on an accelerator."""
+    if config.population_chunk:
+        return config.population_chunk
+    return CPU_POPULATION_CHUNK if jax.default_backend() == "cpu" else 0
+
+
 def _jax_fns(config: TrainerConfig, core: SwarmEnv) -> _JaxFns:
     """The jitted train step, population rollouts and ES generation for ``config``.
 
     Cached per process by everything that shapes them (env id and kwargs, MAPPO/ES
-    configs, episodes, determinism), so a resumed trainer or the CLI's eval reuses the
-    compiled code instead of compiling it again; the networks are jit *arguments*.
+    configs, episodes, determinism, devices, population chunk), so a resumed trainer or
+    the CLI's eval reuses the compiled code instead of compiling it again; the networks
+    are jit *arguments*.
     """
     c = config.to_dict()
     devices = _population_devices(config)
     key = json.dumps({**{k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
                                            "deterministic_eval")},
-                      "devices": [d.id for d in devices]}, sort_keys=True)
+                      "devices": [d.id for d in devices],
+                      "chunk": population_chunk(config)}, sort_keys=True)
     if key in _JAX_FNS:
         return _JAX_FNS[key]
     mcfg, es_cfg, eps = config.mappo_config, config.es_config, config.episodes
-    rollouts = make_population_rollouts(core, mcfg.selector_period, config.deterministic_eval)
+    rollouts = make_population_rollouts(core, mcfg.selector_period, config.deterministic_eval,
+                                        population_chunk(config))
 
     def team_fitness(thetas, actor, keys):
         return rollouts(actor, thetas, keys)[0].mean(axis=1)
