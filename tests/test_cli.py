@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pettingzoo
 import pytest
+from line_envs import Line
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,53 +30,11 @@ TESTS = Path(__file__).resolve().parent
 
 
 # --- a custom PettingZoo env, registered on import (the subprocesses `--import test_cli`) ----
-class CliLine(pettingzoo.ParallelEnv):
-    """Three agents on a line, each rewarded for approaching its own goal; the team reward
-    (in ``infos``) is paid at the end: minus the mean final distance. No state(), no
-    comm_graph(), no skill rewards: DESIGN.md's defaults apply."""
-
-    metadata = {"name": "cli_line_v0"}  # noqa: RUF012
+class CliLine(Line):
+    """``Line`` with 8-step episodes."""
 
     def __init__(self, max_cycles: int = 8):
-        self.possible_agents = ["a0", "a1", "a2"]
-        self.agents = []
-        self.max_cycles = max_cycles
-
-    def observation_space(self, agent):
-        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-
-    def action_space(self, agent):
-        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def _obs(self):
-        return {a: np.array([self.pos[a], self.goal[a]], np.float32) for a in self.agents}
-
-    def reset(self, seed=None, options=None):
-        rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self.pos = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.goal = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.t = 0
-        return self._obs(), {a: {} for a in self.agents}
-
-    def step(self, actions):
-        self.t += 1
-        rewards = {}
-        for a in self.agents:
-            before = abs(self.pos[a] - self.goal[a])
-            self.pos[a] = float(np.clip(self.pos[a] + 0.3 * float(actions[a][0]), -1.5, 1.5))
-            rewards[a] = before - abs(self.pos[a] - self.goal[a])
-        done = self.t >= self.max_cycles
-        team = -float(np.mean([abs(self.pos[a] - self.goal[a]) for a in self.agents])) \
-            if done else 0.0
-        obs = self._obs()
-        infos = {a: {"team_reward": team} for a in self.agents}
-        flags = {a: False for a in self.agents}
-        trunc = {a: done for a in self.agents}
-        if done:
-            self.agents = []
-        return obs, rewards, flags, trunc, infos
-
+        super().__init__(max_cycles)
 
 pettingzoo.register("parallel", "tests/CliLine-v0", entry_point=CliLine)
 

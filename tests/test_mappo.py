@@ -6,13 +6,13 @@ check. Tiny networks and one compiled train step per configuration keep it fast.
 from __future__ import annotations
 
 import equinox as eqx
-import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pettingzoo
 import pytest
+from line_envs import Line
 
 from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor, selector_filter
 from envs.dispersion import Dispersion
@@ -213,49 +213,26 @@ def test_host_path_equals_jax_path(env, nets):
 
 
 # --- a custom PettingZoo env through the registry -------------------------------------------
-class LineWorld(pettingzoo.ParallelEnv):
-    """Agents on a line move toward their own goal; Box obs, Box actions, no extras
-    (no state(), no comm_graph(), no skill rewards): the defaults of DESIGN.md apply.
-    Agent ``a1`` leaves the episode early, to exercise death masking."""
+class LineWorld(Line):
+    """``Line`` with no extras (no state(), no comm_graph(), no skill or team rewards): the
+    defaults of DESIGN.md apply. Agent ``a1`` leaves the episode early, to exercise death
+    masking."""
 
     metadata = {"name": "line_world_v0"}  # noqa: RUF012
+    speed = 0.2
 
     def __init__(self, max_cycles: int = 10):
-        self.possible_agents = ["a0", "a1", "a2"]
-        self.agents = []
-        self.max_cycles = max_cycles
-
-    def observation_space(self, agent):
-        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-
-    def action_space(self, agent):
-        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def _obs(self):
-        return {a: np.array([self.pos[a], self.goal[a]], np.float32) for a in self.agents}
-
-    def reset(self, seed=None, options=None):
-        rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self.pos = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.goal = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.t = 0
-        return self._obs(), {a: {} for a in self.agents}
+        super().__init__(max_cycles)
 
     def step(self, actions):
         self.t += 1
-        rewards, term, trunc = {}, {}, {}
-        for a in self.agents:
-            before = abs(self.pos[a] - self.goal[a])
-            self.pos[a] = float(np.clip(self.pos[a] + 0.2 * float(actions[a][0]), -1.5, 1.5))
-            rewards[a] = before - abs(self.pos[a] - self.goal[a])
-            term[a] = a == "a1" and self.t >= 4
-            trunc[a] = self.t >= self.max_cycles
+        rewards = self._move(actions)
+        term = {a: a == "a1" and self.t >= 4 for a in self.agents}
+        trunc = {a: self.t >= self.max_cycles for a in self.agents}
         obs = self._obs()
         infos = {a: {} for a in self.agents}
         self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
         return obs, rewards, term, trunc, infos
-
 
 pettingzoo.register("parallel", "tests/LineWorld-v0", entry_point=LineWorld)
 

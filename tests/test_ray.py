@@ -10,16 +10,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import signal
 import time
 from pathlib import Path
 
 import equinox as eqx
-import gymnasium as gym
 import jax
 import jax.flatten_util
 import numpy as np
 import pettingzoo
 import pytest
+from line_envs import Line
 
 ray = pytest.importorskip("ray")
 
@@ -31,36 +32,16 @@ from feudal_es.ray_backend import RayEvaluator, init_local  # noqa: E402
 from feudal_es.trainer import ESTrainer, TrainerConfig, _HostEvaluator  # noqa: E402
 
 
-class RayLine(pettingzoo.ParallelEnv):
-    """Three agents on a line, rewarded for approaching their goals; team reward at the
-    end. ``crash_file``: once ``<crash_file>.armed`` exists, the first process to step
-    such an env creates ``crash_file`` and dies at once (``os._exit``), as a worker
-    killed mid-episode would."""
+class RayLine(Line):
+    """``Line`` whose worker can be killed: once ``<crash_file>.armed`` exists, the first
+    process to step such an env creates ``crash_file`` and dies at once (``os._exit``), as
+    a worker killed mid-episode would."""
 
     metadata = {"name": "ray_line_v0"}  # noqa: RUF012
 
     def __init__(self, max_cycles: int = 6, crash_file: str | None = None):
-        self.possible_agents = ["a0", "a1", "a2"]
-        self.agents = []
-        self.max_cycles = max_cycles
+        super().__init__(max_cycles)
         self.crash_file = crash_file
-
-    def observation_space(self, agent):
-        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-
-    def action_space(self, agent):
-        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def _obs(self):
-        return {a: np.array([self.pos[a], self.goal[a]], np.float32) for a in self.agents}
-
-    def reset(self, seed=None, options=None):
-        rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self.pos = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.goal = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.t = 0
-        return self._obs(), {a: {} for a in self.agents}
 
     def step(self, actions):
         if self.crash_file is not None and os.path.exists(self.crash_file + ".armed"):
@@ -69,21 +50,7 @@ class RayLine(pettingzoo.ParallelEnv):
                 os._exit(1)  # the first step anywhere: this worker process dies
             except FileExistsError:
                 pass
-        self.t += 1
-        rewards = {}
-        for a in self.agents:
-            before = abs(self.pos[a] - self.goal[a])
-            self.pos[a] = float(np.clip(self.pos[a] + 0.3 * float(actions[a][0]), -1.5, 1.5))
-            rewards[a] = before - abs(self.pos[a] - self.goal[a])
-        done = self.t >= self.max_cycles
-        team = -float(np.mean([abs(self.pos[a] - self.goal[a]) for a in self.agents])) \
-            if done else 0.0
-        obs = self._obs()
-        infos = {a: {"team_reward": team} for a in self.agents}
-        if done:
-            self.agents = []
-        return obs, rewards, {a: False for a in obs}, {a: done for a in obs}, infos
-
+        return super().step(actions)
 
 pettingzoo.register("parallel", "tests/RayLine-v0", entry_point=RayLine)
 
@@ -98,9 +65,15 @@ CFG = TrainerConfig(env="tests/RayLine-v0", mode="es", n_outer=2, episodes=2, nu
 def local_ray():
     # Workers import from this process's sys.path (test modules). 4 logical CPUs: the
     # module's evaluator (2 workers) lives while the trainer test starts its own 2.
+    # ray.init replaces the driver's SIGINT/SIGTERM handlers and shutdown() leaves them
+    # replaced: put the previous ones back so later tests (signal handling) see this
+    # process as it was.
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     init_local(num_cpus=4)
     yield
     ray.shutdown()
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,8 @@ import equinox as eqx
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
+import line_envs
 import numpy as np
-import pettingzoo
 import pytest
 from test_trainer import TINY, TINY_ACTOR, assert_trees_equal, stable
 
@@ -57,57 +57,27 @@ class Plan:
         self.started = 0
 
 
-class Line(pettingzoo.ParallelEnv):
-    """Three agents on a line moving toward their own goals; team reward = minus the mean
-    final distance, paid at the end (``max_cycles`` steps)."""
-
-    metadata = {"name": "line_v0"}  # noqa: RUF012
+class Line(line_envs.Line):
+    """``line_envs.Line`` that misbehaves on demand: ``bad`` on every call, or the faults
+    of a :class:`Plan`."""
 
     def __init__(self, plan: Plan | None = None, max_cycles: int = 6, bad: str | None = None):
-        self.possible_agents = ["a0", "a1", "a2"]
-        self.agents: list[str] = []
-        self.plan, self.max_cycles, self.bad = plan, max_cycles, bad
+        super().__init__(max_cycles)
+        self.plan, self.bad = plan, bad
         self.episode: int | None = None
 
-    def observation_space(self, agent):
-        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-
-    def action_space(self, agent):
-        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def _obs(self):
-        return {a: np.array([self.pos[a], self.goal[a]], np.float32) for a in self.agents}
-
     def reset(self, seed=None, options=None):
-        rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self.pos = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.goal = {a: float(rng.uniform(-1, 1)) for a in self.agents}
-        self.t = 0
+        obs, infos = super().reset(seed, options)
         self.episode = None
         if self.plan is not None and self.plan.armed:
             self.episode = self.plan.started
             self.plan.started += 1
         if self.bad == "reset_not_tuple":
-            return self._obs()
-        return self._obs(), {a: {} for a in self.agents}
+            return obs
+        return obs, infos
 
     def step(self, actions):
-        self.t += 1
-        rewards = {}
-        for a in self.agents:
-            before = abs(self.pos[a] - self.goal[a])
-            self.pos[a] = float(np.clip(self.pos[a] + 0.3 * float(actions[a][0]), -1.5, 1.5))
-            rewards[a] = before - abs(self.pos[a] - self.goal[a])
-        done = self.t >= self.max_cycles
-        team = -float(np.mean([abs(self.pos[a] - self.goal[a]) for a in self.agents])) \
-            if done else 0.0
-        obs = self._obs()
-        infos = {a: {"team_reward": team} for a in self.agents}
-        flags = {a: False for a in self.agents}
-        trunc = {a: done for a in self.agents}
-        if done:
-            self.agents = []
+        obs, rewards, flags, trunc, infos = super().step(actions)
         fault = None if self.plan is None else self.plan.faults.get(self.episode)
         kind = self.bad if self.bad else fault[0] if fault and fault[1] == self.t else None
         if kind == "raise":
