@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SEEDS = (0, 1, 2, 3, 4)  # every study's default seeds
 MODES = ("merl", "es", "mappo")
 MODE_LABELS = {"merl": "MERL (ES selector + MAPPO executor)", "es": "ES-only",
                "mappo": "MAPPO-only"}
@@ -363,3 +364,15 @@ def mode_markdown(report: dict, metric: str, metric_label: str, goal: str) -> st
     lines += ["", "Configs (TrainerConfig fields; `mode`, `seed`, `n_outer` set per run) are "
               f"in `{name}.json` under `variants.<variant>.config`.", ""]
     return "\n".join(lines)
+
+
+def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None) -> None:
+    """The command line every study shares: ``--scale``, ``--seeds``, ``--out``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    run(a.scale, tuple(a.seeds), a.out)

@@ -8,7 +8,6 @@ decentralized Lloyd.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from experiments.common import (
     MODE_LABELS,
     MODES,
     RESULTS,
+    SEEDS,
     Timer,
     equal_budget,
     fmt_ci,
@@ -29,6 +29,7 @@ from experiments.common import (
     plot_curves,
     run_modes,
     save_figure,
+    study_main,
     summarize,
     write_csv,
     write_json,
@@ -36,7 +37,6 @@ from experiments.common import (
 
 MAX_STEPS = 40
 BUDGET = 61_440  # env steps per run at --scale 1 (CPU-sized)
-SEEDS = (0, 1, 2, 3, 4)
 EVAL_EPISODES = 64
 ENV_KWARGS: dict[str, Any] = dict(num_agents=4, grid_size=16, map_size=8, num_features=4,
                                   max_steps=MAX_STEPS, max_speed=0.03)
@@ -153,12 +153,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    p.add_argument("--out", type=Path, default=RESULTS)
-    a = p.parse_args(argv)
-    run(a.scale, tuple(a.seeds), a.out)
+    study_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,13 @@ an equal env-step budget.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
-from experiments.common import COMPACT_ACTOR, RESULTS, compare_modes
+from experiments.common import COMPACT_ACTOR, RESULTS, SEEDS, compare_modes, study_main
 
 MAX_STEPS = 40
 BUDGET = 61_440  # env steps per run at --scale 1 (CPU-sized)
-SEEDS = (0, 1, 2, 3, 4)
 EVAL_EPISODES = 64
 
 
@@ -49,12 +47,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    p.add_argument("--out", type=Path, default=RESULTS)
-    a = p.parse_args(argv)
-    run(a.scale, tuple(a.seeds), a.out)
+    study_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
