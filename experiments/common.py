@@ -376,3 +376,19 @@ def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None)
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
     run(a.scale, tuple(a.seeds), a.out)
+
+
+def study_config(env: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The TrainerConfig (as a dict) every study shares, for ``env``: the ES settings are
+    what ES-only and MERL use, the MAPPO settings what MAPPO-only and MERL use."""
+    return dict(
+        env=env,
+        env_kwargs=dict(env_kwargs),
+        grad_steps_per_outer=4,
+        episodes=2,
+        es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
+        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
+                   lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
+        actor=COMPACT_ACTOR,
+        critic=dict(hidden=[64, 64]),
+    )

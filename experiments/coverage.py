@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from experiments.common import (
-    COMPACT_ACTOR,
     HELDOUT_SEED,
     MODE_LABELS,
     MODES,
@@ -29,6 +28,7 @@ from experiments.common import (
     plot_curves,
     run_modes,
     save_figure,
+    study_config,
     study_main,
     summarize,
     write_csv,
@@ -44,17 +44,7 @@ ENV_KWARGS: dict[str, Any] = dict(num_agents=4, grid_size=16, map_size=8, num_fe
 
 def base_config() -> dict[str, Any]:
     """The TrainerConfig (as a dict) shared by all learned modes."""
-    return dict(
-        env="feudal_es/Coverage-v0",
-        env_kwargs=ENV_KWARGS,
-        grad_steps_per_outer=4,
-        episodes=2,
-        es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
-        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
-                   lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
-        actor=COMPACT_ACTOR,
-        critic=dict(hidden=[64, 64]),
-    )
+    return study_config("feudal_es/Coverage-v0", ENV_KWARGS)
 
 
 def baselines(episodes: int) -> dict[str, list[float]]:

@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.common import COMPACT_ACTOR, RESULTS, SEEDS, compare_modes, study_main
+from experiments.common import (
+    RESULTS,
+    SEEDS,
+    compare_modes,
+    study_config,
+    study_main,
+)
 
 MAX_STEPS = 40
 BUDGET = 61_440  # env steps per run at --scale 1 (CPU-sized)
@@ -19,17 +25,8 @@ EVAL_EPISODES = 64
 
 def base_config() -> dict[str, Any]:
     """The TrainerConfig (as a dict) shared by all three modes (the `feudal-es demo` env)."""
-    return dict(
-        env="feudal_es/Dispersion-v0",
-        env_kwargs=dict(num_agents=4, max_steps=MAX_STEPS, map_size=8),
-        grad_steps_per_outer=4,
-        episodes=2,
-        es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
-        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
-                   lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
-        actor=COMPACT_ACTOR,
-        critic=dict(hidden=[64, 64]),
-    )
+    return study_config("feudal_es/Dispersion-v0",
+                        dict(num_agents=4, max_steps=MAX_STEPS, map_size=8))
 
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
