@@ -140,12 +140,7 @@ def check_reset(env: Any, out: Any, spec: HostEnvSpec) -> dict:
         raise EnvOutputError(f"{name}.reset() observations must be a dict keyed by agent, got "
                              f"{type(obs).__name__}")
     _check_agent_keys(name, "reset()", "observations", obs, spec)
-    for a in getattr(env, "agents", []):
-        if a not in obs:
-            raise EnvOutputError(f"{name}.reset(): agent {a!r} is in env.agents but has no "
-                                 "observation")
-    for a, x in obs.items():
-        _check_obs(spec.observation_space, x, f"{name}.reset() observation of {a!r}")
+    _check_live_obs(env, obs, spec, f"{name}.reset()")
     return obs
 
 
@@ -177,13 +172,18 @@ def check_step(env: Any, actions: Mapping, out: Any, spec: HostEnvSpec,
         if arr is None or arr.size != 1 or arr.dtype.kind not in "biuf":
             raise EnvOutputError(f"{name}.step() reward of {a!r} must be a number, got "
                                  f"{_brief(r)}")
+    _check_live_obs(env, obs, spec, f"{name}.step()")
+    return out
+
+
+def _check_live_obs(env: Any, obs: Mapping, spec: HostEnvSpec, where: str) -> None:
+    """Every agent in ``env.agents`` has an observation, each of the declared shape."""
     for a in getattr(env, "agents", []):
         if a not in obs:
-            raise EnvOutputError(f"{name}.step(): agent {a!r} is still in env.agents but got "
-                                 "no observation")
+            raise EnvOutputError(f"{where}: agent {a!r} is in env.agents but got no "
+                                 "observation")
     for a, x in obs.items():
-        _check_obs(spec.observation_space, x, f"{name}.step() observation of {a!r}")
-    return out
+        _check_obs(spec.observation_space, x, f"{where} observation of {a!r}")
 
 
 def _check_agent_keys(name: str, call: str, label: str, d: Mapping, spec: HostEnvSpec) -> None:
