@@ -33,22 +33,12 @@ sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resol
 import jax  # noqa: E402
 
 from agents import ActorConfig, CentralCritic, FeudalActor  # noqa: E402
+from bench.es_core import best_times  # noqa: E402
 from envs.coverage import Coverage  # noqa: E402
 from envs.discovery import Discovery  # noqa: E402
 from feudal_es import mappo  # noqa: E402
 
 ENVS = {"Coverage": Coverage, "Discovery": Discovery}
-
-
-def best_times(runs: dict, repeats: int) -> dict:
-    """Best wall time of each ``run()``, the runs interleaved round by round."""
-    best = dict.fromkeys(runs, float("inf"))
-    for _ in range(repeats):
-        for name, run in runs.items():
-            t0 = time.perf_counter()
-            run()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
 
 
 def measure(env_name: str, epochs: int, args: argparse.Namespace) -> dict:
