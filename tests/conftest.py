@@ -5,6 +5,13 @@ nothing carries over between sessions): the CLI tests run ``feudal-es`` as subpr
 and with the cache they reuse what the in-process tests already compiled for the same
 tiny configuration instead of compiling it again in every process. Must run before jax
 is imported, hence here. An explicit ``JAX_COMPILATION_CACHE_DIR`` is respected.
+
+One JAX CPU device (``JAX_NUM_CPU_DEVICES=1``, inherited by the CLI subprocesses) unless
+the environment says otherwise: ``import feudal_es`` would otherwise give one per core
+(``feudal_es.devices``), and whether a process gets them depends on whether something ran
+JAX before that import. Tests that compare a subprocess with this process need both on
+the same device count (sharding changes float rounding in the last bits); the sharded
+path has its own tests (test_sharding, test_devices).
 """
 
 from __future__ import annotations
@@ -18,3 +25,5 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache = tempfile.mkdtemp(prefix="feudal-es-test-xla-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")

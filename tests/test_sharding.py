@@ -1,5 +1,7 @@
 """Population sharding oracle: the ES generation with the population split over 2 (forced
-CPU) devices equals the single-device run exactly — fitness per member, ES state and info.
+CPU) devices equals the single-device run exactly — fitness per member, ES state and info,
+with the whole population in one vmap and with the members evaluated in chunks
+(``population_chunk``, the CPU default's ``lax.map``) inside each device's share.
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` only works before jax is imported,
 so the 2-device side runs in a subprocess; this process (1 device) computes the
@@ -25,25 +27,34 @@ TESTS = Path(__file__).resolve().parent
 
 # shared by both processes: the trainer's jitted generation, a randomised actor, the inputs
 SETUP = textwrap.dedent("""
+    import dataclasses
     import equinox as eqx
     import jax, jax.flatten_util, jax.numpy as jnp, numpy as np
     from agents import FeudalActor, executor_filter, selector_theta
     from feudal_es import es, sharding, trainer as tr
     from test_trainer import TINY
 
+    # 8 members 2 at a time: 4 chunks on one device, 2 per device on two
+    CHUNKED = dataclasses.replace(TINY, es={**TINY.es, "pop_size": 8}, population_chunk=2)
+
+    def generations(config, actor, prefix):
+        fns = tr._jax_fns(config, core)  # what ESTrainer runs each round
+        state = es.init(selector_theta(actor), config.es_config)
+        state, info = fns.generation(jax.random.key(3), state, actor)
+        state, info = fns.generation(jax.random.key(4), state, actor)  # twice: adam moments
+        out = {"mean": state.mean, "sigma": state.sigma, "opt_state": state.opt_state[0].mu}
+        out.update({f"info_{k}": v for k, v in info.items()})
+        return {prefix + k: v for k, v in out.items()}
+
+    core = tr.resolve_env(TINY.env, TINY.env_kwargs).core
+
     def results():
-        core = tr.resolve_env(TINY.env, TINY.env_kwargs).core
-        fns = tr._jax_fns(TINY, core)  # what ESTrainer runs each round
         actor = FeudalActor.from_env(jax.random.key(0), core, TINY.actor_config)
         params, rest = eqx.partition(actor, executor_filter(actor))
         flat, unravel = jax.flatten_util.ravel_pytree(params)
         noisy = unravel(flat + 0.5 * jax.random.normal(jax.random.key(5), flat.shape))
         actor = eqx.combine(noisy, rest)
-        state = es.init(selector_theta(actor), TINY.es_config)
-        state, info = fns.generation(jax.random.key(3), state, actor)
-        state, info = fns.generation(jax.random.key(4), state, actor)  # twice: adam moments
-        out = {"mean": state.mean, "sigma": state.sigma, "opt_state": state.opt_state[0].mu}
-        out.update({f"info_{k}": v for k, v in info.items()})
+        out = {**generations(TINY, actor, ""), **generations(CHUNKED, actor, "chunked_")}
         # padding: 5 members on any device count, a cheap member function
         f = lambda th, w: (jnp.tanh(th @ w), th.sum(axis=1))
         th = jax.random.normal(jax.random.key(6), (5, 4))
@@ -61,7 +72,7 @@ CHILD = SETUP + textwrap.dedent("""
     plain = sharding.shard_population
     sharding.shard_population = lambda fn, mesh: wrapped.append(mesh.size) or plain(fn, mesh)
     out = results()
-    assert wrapped[0] == 2, wrapped
+    assert wrapped[:2] == [2, 2], wrapped  # both trainer configs, then the padding check
     np.savez(sys.argv[1], **out)
 """)
 
@@ -70,6 +81,7 @@ CHILD = SETUP + textwrap.dedent("""
 def two_device_results(tmp_path_factory):
     d = tmp_path_factory.mktemp("shard")
     env = dict(os.environ)
+    env.pop("JAX_NUM_CPU_DEVICES", None)  # conftest's pin: the flag below sets the count
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                         " --xla_force_host_platform_device_count=2").strip()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
@@ -92,8 +104,9 @@ def test_two_devices_equal_one_device(two_device_results):
     two = two_device_results
     assert ref.keys() == two.keys()
     assert ref["info_best_fitness"] > ref["info_mean_fitness"]  # members differ
+    assert ref["chunked_info_best_fitness"] > ref["chunked_info_mean_fitness"]
     for k, v in ref.items():
-        if k == "info_mean_fitness":
+        if k.endswith("info_mean_fitness"):
             np.testing.assert_allclose(two[k], v, rtol=1e-6, atol=0)
         else:
             np.testing.assert_array_equal(two[k], v, err_msg=k)
