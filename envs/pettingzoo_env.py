@@ -56,7 +56,9 @@ class Packer:
         self.slots = []  # (buffer, start, stop, shape, dtype, how) per leaf
         for leaf in leaves:
             dtype = np.dtype(leaf.dtype)
-            if dtype in self._BITCAST:
+            if dtype == np.float32:
+                g, how = 0, "same"
+            elif dtype in self._BITCAST:
                 g, how = 0, "bitcast"
             elif dtype in self._CAST:
                 g, how = 0, "cast"
@@ -73,7 +75,9 @@ class Packer:
         parts: list[list[jax.Array]] = [[] for _ in self.buffer_dtypes]
         for (g, _, _, _, _, how), leaf in zip(self.slots, jax.tree.leaves(tree), strict=True):
             flat = jnp.ravel(leaf)
-            if how == "bitcast":
+            if how == "same":
+                pass
+            elif how == "bitcast":
                 flat = jax.lax.bitcast_convert_type(flat, jnp.float32)
             elif how == "cast":
                 flat = flat.astype(jnp.float32)
@@ -91,7 +95,7 @@ class Packer:
                 flat = flat.view(dtype)
             elif how == "cast":
                 flat = flat.astype(dtype)
-            leaves.append(flat.reshape(shape))
+            leaves.append(flat.reshape(shape))  # "same" / "raw": a view as it is
         return jax.tree.unflatten(self.treedef, leaves)
 
     @staticmethod
@@ -269,10 +273,10 @@ class SwarmParallelEnv(ParallelEnv):
         rewards = dict(zip(agents, out.reward.tolist(), strict=True))
         team = float(out.team_reward)
         metrics = {k: float(v) for k, v in out.metrics.items()}
-        skill = out.skill_rewards
+        # iterating an array yields its rows as views (in C, cheaper than indexing)
         infos = {
-            a: {"skill_rewards": skill[i], "team_reward": team, "metrics": dict(metrics)}
-            for i, a in enumerate(agents)
+            a: {"skill_rewards": row, "team_reward": team, "metrics": dict(metrics)}
+            for a, row in zip(agents, out.skill_rewards, strict=True)
         }
         done = bool(out.done)
         terminations = dict.fromkeys(agents, False)
@@ -314,10 +318,10 @@ class SwarmParallelEnv(ParallelEnv):
     # --- helpers -------------------------------------------------------------------
     def _split_obs(self, obs: dict[str, np.ndarray]) -> dict[AgentID, dict[str, np.ndarray]]:
         # All agents live for the whole episode, so rows map 1:1 to possible_agents.
-        items = list(obs.items())
-        return {
-            a: {name: leaf[i] for name, leaf in items} for i, a in enumerate(self.possible_agents)
-        }
+        names = tuple(obs)
+        return {a: dict(zip(names, rows, strict=True))
+                for a, rows in zip(self.possible_agents, zip(*obs.values(), strict=True),
+                                   strict=True)}
 
     def _stack_actions(self, actions: Mapping[AgentID, Any] | np.ndarray) -> np.ndarray:
         if isinstance(actions, np.ndarray):
