@@ -38,17 +38,28 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+import feudal_es  # noqa: F401 - one JAX CPU device per core, as the trainer runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def best_of(fn, repeats: int) -> float:
     """Best wall time of ``fn()`` (which must block until its result is ready)."""
-    best = float("inf")
+    return timed(fn, repeats)[0]
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """``(best wall time, cores busy)`` of ``repeats`` calls of ``fn()``: cores busy is this
+    process's CPU time (user + system) over the wall time of all the calls, the profile
+    figure that says whether a computation used one core or all of them."""
+    best, cpu0, wall0 = float("inf"), os.times(), time.perf_counter()
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
-    return best
+    cpu1 = os.times()
+    busy = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (time.perf_counter() - wall0)
+    return best, busy
 
 
 def _setup(num_agents: int = 8, max_steps: int = 100, actor: dict | None = None,
@@ -102,7 +113,7 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
     eval_fn(state.mean)
     compile_loop = time.perf_counter() - t0
     theta = state.mean
-    member_s = best_of(lambda: eval_fn(theta), repeats)
+    member_s, member_busy = timed(lambda: eval_fn(theta), repeats)
     one = jax.jit(lambda a, t, k: rollouts(a, t, k)[0]).lower(actor_, theta[None], keys)
     member_flops = _flops(one.compile()) * core.max_steps
 
@@ -122,15 +133,22 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
     compiled = jax.jit(lambda a, t, k: wide(a, t, k)[0]).lower(actor_, thetas, keys).compile()
     flops = _flops(compiled) * core.max_steps
     vmap_s = best_of(lambda: jax.block_until_ready(compiled(actor_, thetas, keys)), repeats)
-    ours = jax.jit(lambda a, t, k: rollouts(a, t, k)[0])  # the trainer's (chunked on CPU)
-    jax.block_until_ready(ours(actor_, thetas, keys))
-    roll = best_of(lambda: jax.block_until_ready(ours(actor_, thetas, keys)), repeats)
+    one_device = jax.jit(lambda a, t, k: rollouts(a, t, k)[0])  # chunked, jax.devices()[0]
+    jax.block_until_ready(one_device(actor_, thetas, keys))
+    roll1, busy1 = timed(lambda: jax.block_until_ready(one_device(actor_, thetas, keys)),
+                         repeats)
+    # the trainer's: chunked, and sharded over the devices (one per core on a CPU)
+    jax.block_until_ready(fns.fitness(thetas, actor_, keys))
+    roll, busy = timed(lambda: jax.block_until_ready(fns.fitness(thetas, actor_, keys)),
+                       repeats)
     return {"chunk": chunk, "vmap_s": vmap_s, "pop": int(cfg.es_config.num_candidates),
             "agents": core.num_agents, "steps": core.max_steps, "batched_s": batched,
-            "loop_s": loop_t,
+            "loop_s": loop_t, "devices": len(jax.devices()),
             "speedup": loop_t / batched, "compile_batched_s": compile_batched,
             "compile_member_s": compile_loop, "rollout_flops": flops, "rollout_s": roll,
+            "rollout_busy": busy, "rollout_1dev_s": roll1, "rollout_1dev_busy": busy1,
             "rollout_flops_per_s": flops / roll, "member_s": member_s,
+            "member_busy": member_busy,
             "member_flops": member_flops, "member_flops_per_s": member_flops / member_s}
 
 
@@ -161,16 +179,23 @@ def population_scaling(pops=(16, 64, 256), steps: int = 25, actor: dict | None =
     (0: the trainer's default, 8 members at a time on CPU; ``-1``: full-width vmap)."""
     from feudal_es.trainer import population_chunk
 
-    rows = []
-    for pop in pops:
+    calls, rows = [], []
+    for pop in pops:  # compile every size first ...
         cfg, _, actor_, state, _, fns = _setup(actor=actor, pop=pop, max_steps=steps,
                                                chunk=pop if chunk < 0 else chunk)
         key = jax.random.key(1)
         jax.block_until_ready(fns.generation(key, state, actor_))
-        t = best_of(lambda fns=fns, s=state, a=actor_, k=key:
-                    jax.block_until_ready(fns.generation(k, s, a)), repeats)
-        rows.append({"pop": pop, "steps": steps, "chunk": population_chunk(cfg), "gen_s": t,
-                     "per_member_ms": 1e3 * t / pop})
+        calls.append(lambda fns=fns, s=state, a=actor_, k=key:
+                     jax.block_until_ready(fns.generation(k, s, a)))
+        rows.append({"pop": pop, "steps": steps, "chunk": population_chunk(cfg),
+                     "devices": len(jax.devices()), "gen_s": float("inf")})
+    for _ in range(repeats):  # ... then time them in turn, so a load change hits them all
+        for row, call in zip(rows, calls, strict=True):
+            t, busy = timed(call, 1)
+            if t < row["gen_s"]:
+                row.update(gen_s=t, busy=busy)
+    for row in rows:
+        row["per_member_ms"] = 1e3 * row["gen_s"] / row["pop"]
     return rows
 
 
@@ -262,24 +287,33 @@ def details_markdown(perf: dict[str, Any]) -> list[str]:
             f"{g['member_flops'] / 1e9:.3f} GFLOP per one-member rollout "
             f"({g['member_flops_per_s'] / 1e9:.2f} GFLOP/s).",
             f"- The population rollout as the trainer runs it ({_chunk_words(g['chunk'], g['pop'])}"
-            f"): {g['rollout_s']:.3f} s; the same rollout as one full-width vmap: "
-            f"{g['vmap_s']:.3f} s ({g['vmap_s'] / g['rollout_s']:.2f}x the time)."]
+            f", sharded over {g.get('devices', 1)} CPU device(s)): {g['rollout_s']:.3f} s, "
+            f"{g.get('rollout_busy', float('nan')):.2f} cores busy; the same on one device: "
+            f"{g.get('rollout_1dev_s', float('nan')):.3f} s, "
+            f"{g.get('rollout_1dev_busy', float('nan')):.2f} cores busy; as one full-width vmap "
+            f"on one device: {g['vmap_s']:.3f} s; one member alone (the reference loop's "
+            f"call): {g.get('member_busy', float('nan')):.2f} cores busy. Cores busy = "
+            "process CPU time / wall time (`os.times`), the profile figure behind one JAX CPU "
+            "device per core (`feudal_es.devices`)."]
     if mm:
         out.append(f"- Dense float32 matmul 2048 x 2048 under jit: {mm / 1e9:.1f} GFLOP/s.")
     if perf.get("population_scaling"):
         steps = perf["population_scaling"][0]["steps"]
         wide = {r["pop"]: r for r in perf.get("population_scaling_vmap") or []}
+        devs = perf["population_scaling"][0].get("devices", 1)
         out += ["", f"Population scaling (8 agents, {steps}-step episodes, one episode per "
-                "member; the trainer's jitted generation at its default `population_chunk`, "
-                "and the same generation as one full-width vmap):", "",
+                f"member, sharded over {devs} CPU device(s); the trainer's jitted generation "
+                "at its default `population_chunk`, and the same generation with each "
+                "device's share as one vmap; the sizes timed in turn, best of each):", "",
                 "| population | members per chunk | s / generation | ms / member | "
-                "full-width vmap: s / generation | ms / member |",
-                "|---:|---:|---:|---:|---:|---:|"]
+                "cores busy | one vmap per device: s / generation | ms / member |",
+                "|---:|---:|---:|---:|---:|---:|---:|"]
         for r in perf["population_scaling"]:
             w = wide.get(r["pop"])
             tail = (f"{w['gen_s']:.3f} | {w['per_member_ms']:.1f}" if w else "n/a | n/a")
             out.append(f"| {r['pop']} | {r['chunk'] or r['pop']} | {r['gen_s']:.3f} | "
-                       f"{r['per_member_ms']:.1f} | {tail} |")
+                       f"{r['per_member_ms']:.1f} | {r.get('busy', float('nan')):.2f} | "
+                       f"{tail} |")
     if perf.get("agent_scaling"):
         r0 = perf["agent_scaling"][0]
         out += ["", f"Agent scaling (population {r0['pop']}, {r0['steps']}-step episodes, "

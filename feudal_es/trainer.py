@@ -476,6 +476,9 @@ class _JaxFns:
     rollouts: Callable
     generation: Callable
     gif_episode: Callable | None = None
+    # fitness(thetas[P, D], actor, keys[E]) -> [P]: the population's team fitness exactly
+    # as generation evaluates it (chunked, sharded), jitted on its own (bench/perf.py)
+    fitness: Callable | None = None
 
 
 _JAX_FNS: dict[str, _JaxFns] = {}
@@ -546,7 +549,7 @@ def _jax_fns(config: TrainerConfig, core: SwarmEnv) -> _JaxFns:
             return sharding.to_local(jitted(*sharding.replicate((key, state, actor), mesh)))
 
     fns = _JaxFns(eqx.filter_jit(mappo.init_train_state), mappo.make_train_step(core, mcfg),
-                  eqx.filter_jit(rollouts), generation)
+                  eqx.filter_jit(rollouts), generation, fitness=eqx.filter_jit(team_fitness))
     _JAX_FNS[key] = fns
     return fns
 
