@@ -126,7 +126,7 @@ def bench_vmas(scenario: str, num_envs: int, steps: int, reps: int, **kwargs):
     return num_envs * steps / best
 
 
-def _timed_loop(fn, seconds: float, windows: int = 3) -> tuple[float, float]:
+def _timed_loop(fn, seconds: float, windows: int = 5) -> tuple[float, float]:
     """(calls/s by wall clock, calls/s by this process's CPU time) of ``fn()`` in a loop:
     the best of ``windows`` windows of ``seconds`` each, after one untimed window (the
     first few hundred calls of a freshly compiled step run measurably slower), as
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vmas-steps", type=int, default=10,
                    help="VMAS steps per timed run (its per-step cost is flat; discovery is slow)")
     p.add_argument("--adapter-seconds", type=float, default=1.0,
-                   help="length of each timed window of the adapter loop (best of 3)")
+                   help="length of each timed window of the adapter loop (best of 5)")
     p.add_argument("--skip-vmas", action="store_true")
     args = p.parse_args(argv)
 
