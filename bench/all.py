@@ -192,7 +192,12 @@ def perf_rows(t: Table, perf: dict[str, Any], notes: list[str]) -> None:
                  f"{g['rollout_busy']:.2f} cores busy. So batching gains "
                  f"{one / member:.2f}x and the cores {g['rollout_flops_per_s'] / one:.2f}x; "
                  "the loop loses only one dispatch per member, small against a 100-step "
-                 "episode. 30x needs idle parallel hardware (a GPU, not lent to this task)"
+                 "episode. Upper bound on this CPU: even at the dense-matmul rate the "
+                 f"generation's {g['rollout_flops'] / 1e9:.0f} GFLOP of rollouts take "
+                 f"{g['rollout_flops'] / mm:.2f} s, {g['loop_s'] * mm / g['rollout_flops']:.1f}x "
+                 "under the loop, because the loop already runs at "
+                 f"{100 * member / mm:.0f}% of that rate. 30x needs parallel hardware the "
+                 "loop cannot use (a GPU, not lent to this task)"
                  if member and mm and one else "")
         t.add(f"ES generation, Coverage, P={g['pop']}, {g['agents']} agents, {g['steps']}-step "
               "episode: batched jitted `generation` vs reference loop `es_step` (s/generation)",
