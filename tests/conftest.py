@@ -10,7 +10,7 @@ One JAX CPU device (``JAX_NUM_CPU_DEVICES=1``, inherited by the CLI subprocesses
 the environment says otherwise: ``import feudal_es`` would otherwise give one per core
 (``feudal_es.devices``), and whether a process gets them depends on whether something ran
 JAX before that import. Tests that compare a subprocess with this process need both on
-the same device count (sharding changes float rounding in the last bits); the sharded
+the same device count (it can change float rounding in the last bits); the sharded
 path has its own tests (test_sharding, test_devices).
 """
 
