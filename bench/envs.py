@@ -180,6 +180,7 @@ def bench_adapter(name: str, seconds: float) -> tuple[float, float, float, float
 
 
 def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (else platform's guess)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

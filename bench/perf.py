@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 import feudal_es  # noqa: F401 - one JAX CPU device per core, as the trainer runs
+from bench.envs import cpu_name  # noqa: F401 - bench.all's header names the CPU with it
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -255,19 +256,6 @@ def cold_start(timeout: float = 600.0) -> dict[str, float | None]:
         round_time = first_row.get("round_time")
         warm = _first_round(cache, Path(tmp) / "run2", timeout) if cold else None
     return {"cold_s": cold, "round_time": round_time, "warm_cache_s": warm}
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (else platform's guess)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def details_markdown(perf: dict[str, Any]) -> list[str]:
