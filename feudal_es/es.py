@@ -18,7 +18,9 @@ Estimators: ``kind='nes'`` is OpenAI-ES (Salimans et al. 2017): antithetic Gauss
 directions, centered-rank fitness shaping to ``[-0.5, 0.5]`` and the step
 ``θ ← θ + lr/(P·σ) · Σ_i f̃_i ε_i``. ``kind='cem'`` is the cross-entropy method of CEM-RL
 (Pourchot & Sigaud 2019): the mean becomes the elite mean and σ shrinks to the elite std.
-Fitness is maximized; non-finite fitness (NaN, ±inf) ranks last and is counted.
+Fitness is maximized; non-finite fitness (NaN, ±inf) ranks last and is counted; tied
+fitness shares its average rank, so a generation without a ranking (all tied, or all
+non-finite) leaves the search distribution where it was.
 
 This module imports only jax / jax.numpy / equinox / optax / numpy, so it stays
 import-safe and free of any dependency on the networks or the environments.
@@ -218,15 +220,25 @@ def ask(key: jax.Array, state: ESState, cfg: ESConfig) -> tuple[jax.Array, jax.A
 def centered_rank(fitness: jax.Array) -> jax.Array:
     """Centered ranks in ``[-0.5, 0.5]`` (best = 0.5); non-finite values rank last.
 
-    Ties are broken by position (the lower index ranks lower), as a stable sort would.
-    One ``lax.top_k`` plus a scatter, which is several times cheaper on CPU than the
-    usual double ``argsort``.
+    Tied values share the average of their ranks (``rankdata(method="average")``), so a
+    tie carries no signal: a tied antithetic pair ``+ε, -ε`` contributes nothing to the
+    NES step, and an all-tied generation shapes every candidate to 0. Team fitness is
+    often discrete (targets found: 0, 1, 2, ...), so ties are common; breaking them by
+    index would make ``ask``'s second half (``-ε``) win every tie and walk the mean along
+    ``-Σε`` exactly when there is no signal. For distinct values the result is
+    bit-identical to the plain ``i / (P - 1) - 0.5`` of the ``i``-th smallest.
     """
     num = fitness.shape[0]
     fitness = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
-    _, ascending = jax.lax.top_k(-fitness, num)  # equal values: lower index first
+    _, ascending = jax.lax.top_k(-fitness, num)  # one top_k: cheaper than argsort on CPU
     ranks = jnp.arange(num, dtype=jnp.float32) / (num - 1) - 0.5
-    return jnp.zeros(num, jnp.float32).at[ascending].set(ranks, unique_indices=True)
+    by_index = jnp.zeros(num, jnp.float32).at[ascending].set(ranks, unique_indices=True)
+    # a tie group holds ranks below..upto-1; centered ranks are linear in the rank, so the
+    # group's mean is the mean of its two ends. Only tied members take it: untied ones keep
+    # the by-index value bit for bit.
+    below = jnp.searchsorted(fitness[ascending], fitness, side="left")
+    upto = jnp.searchsorted(fitness[ascending], fitness, side="right")
+    return jnp.where(upto - below > 1, (ranks[below] + ranks[upto - 1]) / 2, by_index)
 
 
 def tell(
@@ -234,12 +246,18 @@ def tell(
 ) -> tuple[ESState, dict[str, jax.Array]]:
     """Update the search distribution from the candidates' fitness (pure, jittable).
 
-    ``noise`` is the one :func:`ask` returned; ``fitness[P]`` is maximized. If every
-    candidate is non-finite the state is returned unchanged (``info['num_invalid'] == P``).
+    ``noise`` is the one :func:`ask` returned; ``fitness[P]`` is maximized. A generation
+    that ranks nothing — every candidate tied, or every candidate non-finite
+    (``info['num_invalid'] == P``) — returns the state unchanged but for the generation
+    count: no step, no weight decay, no optimizer-moment update, no σ change.
+
+    CEM keeps the ``num_elites`` best; among equal fitness at the elite boundary the
+    later candidate is kept (the tail of a stable ascending sort, as the reference).
     """
     fitness = jnp.asarray(fitness, jnp.float32)
     valid = jnp.isfinite(fitness)
-    any_valid = jnp.any(valid)
+    ranked = jnp.where(valid, fitness, -jnp.inf)
+    informative = jnp.max(ranked) > jnp.min(ranked)  # some candidate beats another
     info = {
         "best_fitness": jnp.max(jnp.where(valid, fitness, -jnp.inf)),
         "mean_fitness": jnp.sum(jnp.where(valid, fitness, 0.0)) / jnp.maximum(valid.sum(), 1),
@@ -249,8 +267,7 @@ def tell(
     if cfg.kind == "cem":
         # the best num_elites; among equal fitness the later candidate wins, as in an
         # ascending sort's tail (the reference's elite choice)
-        ranked = jnp.where(valid, fitness, -jnp.inf)[::-1]
-        elite_idx = num - 1 - jax.lax.top_k(ranked, cfg.num_elites)[1]
+        elite_idx = num - 1 - jax.lax.top_k(ranked[::-1], cfg.num_elites)[1]
         elites = state.mean[None, :] + state.sigma * noise[elite_idx]
         mean = jnp.mean(elites, axis=0)
         sigma = jnp.mean(jnp.std(elites, axis=0)) if cfg.num_elites > 1 else state.sigma
@@ -264,7 +281,7 @@ def tell(
         updates, opt_state = _mean_optimizer(cfg).update(descent, state.opt_state, state.mean)
         mean = optax.apply_updates(state.mean, updates)
         sigma = state.sigma
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(any_valid, a, b), new, old)
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(informative, a, b), new, old)
     new_state = ESState(
         mean=keep(mean, state.mean),
         sigma=keep(sigma, state.sigma),

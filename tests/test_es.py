@@ -19,13 +19,26 @@ KEY = jax.random.key(42)
 
 
 def hand_ranks(fitness: np.ndarray) -> np.ndarray:
-    """Centered ranks by hand: the i-th smallest gets i/(P-1) - 0.5; non-finite is smallest."""
+    """Centered ranks by hand: the i-th smallest gets i/(P-1) - 0.5, tied values the mean
+    of their ranks; non-finite values are the smallest (and tie with each other)."""
     f = np.where(np.isfinite(fitness), fitness, -np.inf)
-    order = sorted(range(len(f)), key=lambda i: (f[i], i))
+    order = sorted(range(len(f)), key=lambda i: f[i])
     ranks = np.empty(len(f))
     for r, i in enumerate(order):
-        ranks[i] = r / (len(f) - 1) - 0.5
-    return ranks
+        ranks[i] = r
+    for v in set(f.tolist()):  # ties: every member of a tied group gets the group's mean
+        ranks[f == v] = ranks[f == v].mean()
+    return ranks / (len(f) - 1) - 0.5
+
+
+def index_tiebreak_rank(fitness: jax.Array) -> jax.Array:
+    """The centered rank before ties were averaged (ties by index): the oracle that the
+    tie-aware rank equals bit for bit on distinct values."""
+    num = fitness.shape[0]
+    fitness = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
+    _, ascending = jax.lax.top_k(-fitness, num)
+    ranks = jnp.arange(num, dtype=jnp.float32) / (num - 1) - 0.5
+    return jnp.zeros(num, jnp.float32).at[ascending].set(ranks, unique_indices=True)
 
 
 # --- the reference API's shape --------------------------------------------------------
@@ -89,17 +102,77 @@ def test_non_finite_fitness_ranks_last():
     r = np.asarray(es.centered_rank(jnp.asarray(f)))
     assert set(np.argsort(r)[:3]) == {1, 3, 4}
     assert r[2] == 0.5 and r[5] < r[2] and r[0] < r[5]
-    # an update with NaN members equals the one where they are simply the worst
+    np.testing.assert_allclose(r, hand_ranks(f), atol=1e-7)
+    assert r[1] == r[3] == r[4]  # invalid members tie with each other
+    # an update with NaN members equals the one where they are simply the (tied) worst
     cfg = ESConfig(pop_size=6)
     state = es.init(jnp.zeros(4), cfg)
     _, noise = es.ask(KEY, state, cfg)
-    # ties among invalid members are broken by position, like any tie
-    worst = np.where(np.isfinite(f), f, -100.0 - np.arange(6.0)[::-1])
+    worst = np.where(np.isfinite(f), f, -100.0)
     got, info = es.tell(state, noise, jnp.asarray(f), cfg)
     want, _ = es.tell(state, noise, jnp.asarray(worst, np.float32), cfg)
     np.testing.assert_array_equal(np.asarray(got.mean), np.asarray(want.mean))
     assert int(info["num_invalid"]) == 3
     assert float(info["best_fitness"]) == 3.0 and float(info["mean_fitness"]) == 2.0
+
+
+@pytest.mark.parametrize("num", [2, 5, 8, 64, 257])
+def test_distinct_fitness_ranks_bit_identical_to_index_tiebreak(num):
+    f = jax.random.normal(jax.random.key(num), (num,))
+    f = f.at[num // 2].set(jnp.nan)
+    assert np.unique(np.asarray(f)).size == num  # distinct (one NaN)
+    for fn in (jax.jit, lambda f: f):  # as tell runs it, and op by op
+        got, want = fn(es.centered_rank)(f), fn(index_tiebreak_rank)(f)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_tied_fitness_shares_the_average_rank():
+    f = np.array([2.0, 1.0, 2.0, 0.0, 2.0, 1.0, -np.inf, np.nan], np.float32)
+    r = np.asarray(es.centered_rank(jnp.asarray(f)))
+    np.testing.assert_allclose(r, hand_ranks(f), atol=1e-7)
+    assert r[0] == r[2] == r[4] == (6 / 7 - 0.5)  # ranks 5, 6, 7 -> 6
+    assert r[1] == r[5] and r[6] == r[7] == -0.5 + 0.5 / 7
+    assert abs(r.sum()) < 1e-6  # still centered
+
+
+@pytest.mark.parametrize("kind, optimizer", [("nes", "sgd"), ("nes", "adam"), ("cem", "sgd")])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_all_tied_generation_leaves_the_state_unchanged(kind, optimizer, weight_decay):
+    """Flat fitness ranks nothing: mean, sigma and optimizer moments stay as they were,
+    also after an informative generation gave Adam non-zero moments."""
+    cfg = ESConfig(pop_size=8, sigma=0.2, lr=0.3, kind=kind, optimizer=optimizer,
+                   weight_decay=weight_decay)
+    state = es.init(jnp.array([0.5, -1.0, 2.0]), cfg)
+    _, noise = es.ask(KEY, state, cfg)
+    state, _ = es.tell(state, noise, jnp.arange(8.0), cfg)  # informative: moves it
+    _, noise = es.ask(jax.random.key(1), state, cfg)
+    for flat in (jnp.full(8, 3.0), jnp.full(8, jnp.nan)):
+        new, info = es.tell(state, noise, flat, cfg)
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                     new._replace(generation=state.generation), state)
+        assert int(new.generation) == int(state.generation) + 1
+    assert float(info["sigma"]) == float(state.sigma)
+
+
+def test_tied_antithetic_pair_contributes_nothing():
+    """NES step with pair (1, 1 + P/2) tied == the hand step over the other pairs only;
+    and moving that pair's shared fitness anywhere between its neighbours changes nothing."""
+    cfg = ESConfig(pop_size=8, sigma=0.2, lr=0.3)
+    theta = np.array([0.5, -1.0, 2.0], np.float32)
+    rng = np.random.default_rng(3)
+    eps = rng.standard_normal((4, 3)).astype(np.float32)
+    noise = np.concatenate([eps, -eps])
+    fitness = np.array([0.1, 5.0, -2.0, 3.0, 1.0, 5.0, 0.7, -1.0], np.float32)  # 1 and 5 tie
+    new, _ = es.tell(es.init(theta, cfg), jnp.asarray(noise), jnp.asarray(fitness), cfg)
+    shaped = hand_ranks(fitness)
+    assert shaped[1] == shaped[5]
+    others = [i for i in range(8) if i not in (1, 5)]
+    step = 0.3 / (8 * 0.2) * (shaped[others, None] * noise[others]).sum(0)
+    np.testing.assert_allclose(np.asarray(new.mean), theta + step, rtol=1e-6, atol=1e-6)
+    # with index tie-breaking the -eps member would have won: a step along -eps[1]
+    biased = 0.3 / (8 * 0.2) * (np.asarray(index_tiebreak_rank(jnp.asarray(fitness)))[:, None]
+                                * noise).sum(0)
+    assert not np.allclose(theta + biased, np.asarray(new.mean), atol=1e-4)
 
 
 def test_all_non_finite_fitness_is_refused():
