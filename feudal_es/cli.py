@@ -14,6 +14,7 @@ ids are resolved, so envs it registers with ``pettingzoo.register`` can be named
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import math
@@ -146,6 +147,17 @@ def _run_training(trainer, progress: bool) -> int:
         print(f"\nfeudal-es: {how}: {trainer.round} rounds done; continue with: feudal-es "
               f"train --resume {trainer.run_dir}", file=sys.stderr)
         return 128 + int(signum)
+    except OSError as e:
+        if not _is_write_failure(e, trainer.run_dir):
+            raise
+        from feudal_es.checkpoint import CheckpointManager
+
+        latest = CheckpointManager(trainer.run_dir).latest()
+        kept = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written"
+        print(f"feudal-es: cannot write the run directory ({e.strerror or e}: "
+              f"{e.filename or trainer.run_dir}); {kept}; free space, then continue with: "
+              f"feudal-es train --resume {trainer.run_dir}", file=sys.stderr)
+        return 1
     last = trainer.history[-1] if trainer.history else {}
     paths = trainer.paths
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
@@ -161,14 +173,24 @@ def _run_training(trainer, progress: bool) -> int:
     return 0
 
 
+def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
+    """A full / read-only / failing disk, or any OS error on a file of the run directory
+    (as opposed to an error raised inside a user's env)."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+        return True
+    name = err.filename
+    return bool(name and run_dir and Path(os.fspath(name)).resolve().is_relative_to(
+        Path(run_dir).resolve()))
+
+
 def _train(args: argparse.Namespace) -> int:
     from feudal_es.trainer import ESTrainer
 
     if args.resume:
-        if args.config or args.set or args.env or args.mode or args.out:
+        if args.config or args.set or args.mode or args.out:
             raise ValueError("--resume continues a run with its own config; only --n-outer "
-                             "may be given with it")
-        trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer)
+                             "(and --env repeating the run's env) may be given with it")
+        trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer, env=args.env)
     else:
         trainer = ESTrainer(_train_config(args), args.out)
     return _run_training(trainer, progress=not args.no_progress)
@@ -273,7 +295,7 @@ def _envs(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace) -> int:
     from feudal_es.checkpoint import load_selector
 
-    trainer, _ = _load_trainer(args.run)
+    trainer, _ = _load_trainer(args.run, env=args.env)
     theta = load_selector(args.selector, expected_size=trainer.selector_size)[0] if \
         args.selector else None
     out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
@@ -298,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def training_args(p: argparse.ArgumentParser, env_default: str | None) -> None:
         p.add_argument("--env", default=env_default,
-                       help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`)")
+                       help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`); "
+                            "with --resume, the run's own env (to trust a 'module:attr')")
         p.add_argument("--mode", choices=["merl", "es", "mappo"],
                        help="merl: ES + MAPPO; es: executor frozen; mappo: selector frozen")
         p.add_argument("--n-outer", type=int, help="outer MERL rounds")
@@ -327,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--selector", nargs="+", action="extend", metavar="PATH",
                     help="selector files (default: the run's best_selector.npz and the "
                          "checkpoint's current selector)")
-    ev.add_argument("--env", help="evaluate on another env id of the same shapes")
+    ev.add_argument("--env", help="evaluate on this env id (another env of the same shapes, "
+                                  "or the run's own 'module:attr' env, which a run "
+                                  "directory alone never imports)")
     ev.add_argument("--episodes", type=int, help="episodes (default max(16, config))")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the episodes")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -343,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("run", metavar="RUN_OR_CHECKPOINT")
     rd.add_argument("--out", required=True, help="GIF path")
     rd.add_argument("--selector", metavar="PATH", help="use this selector file")
+    rd.add_argument("--env", help="render on this env id (e.g. the run's own 'module:attr' "
+                                  "env, which a run directory alone never imports)")
     rd.add_argument("--seed", type=int, default=0, help="seed of the episode")
     rd.set_defaults(func=_render)
 

@@ -62,6 +62,7 @@ __all__ = [
     "ResolvedEnv",
     "TrainerConfig",
     "TrainingInterrupted",
+    "UntrustedEnvError",
     "chain_key",
     "resolve_env",
 ]
@@ -309,19 +310,46 @@ def _classify(env_id: str, obj: Any) -> ResolvedEnv | None:
     return None
 
 
-def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> ResolvedEnv:
+class UntrustedEnvError(ValueError):
+    """An env id read from a file (a run directory, a checkpoint) names code to import and
+    call (``"module:attr"``). Files are data: the user must name such an env themselves."""
+
+    def __init__(self, env_id: str, source: str):
+        super().__init__(
+            f"{source} names the env {env_id!r}, a 'module:attr' that would be imported and "
+            "called to build it; a run directory or checkpoint is data, so feudal-es does "
+            "not import or call what it names. If you trust it, name the env yourself: add "
+            f"`--env {env_id}` to the command (Python: pass env={env_id!r})")
+        self.env_id, self.source = env_id, source
+
+
+def is_code_reference(env_id: str) -> bool:
+    """True for ``"module:attr"`` ids (resolving them imports and calls code); registry
+    ids such as ``feudal_es/Coverage-v0`` are not."""
+    return ":" in env_id and "/" not in env_id.partition(":")[0]
+
+
+def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
+                source: str | None = None) -> ResolvedEnv:
     """Resolve a PettingZoo registry id (bundled or user-registered) or ``"module:attr"``.
 
     A feudal-es functional env (a registered bundled id, a ``SwarmEnv`` class/instance,
     or a factory returning a ``SwarmParallelEnv``) goes to the pure-JAX path; any other
     PettingZoo env to the host path. Unknown ids raise ``ValueError`` with close matches.
+
+    ``source`` names the file the id was read from (``None``: the user's own code or
+    command line). An id from a file resolves only through what this process already
+    registered; a ``"module:attr"`` id from a file raises :class:`UntrustedEnvError`
+    before anything is imported.
     """
     import pettingzoo
 
     import envs  # noqa: F401  (registers the bundled ids)
 
     kwargs = dict(env_kwargs or {})
-    if ":" in env_id and "/" not in env_id.partition(":")[0]:
+    if is_code_reference(env_id):
+        if source is not None:
+            raise UntrustedEnvError(env_id, source)
         module_name, _, attr = env_id.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -958,12 +986,12 @@ class ESTrainer:
         return {"env": self.config.env, "config": self.config.to_dict(),
                 "selector_size": self.selector_size, "skill_names": list(self.skill_names)}
 
-    def _expect(self) -> dict[str, Any]:
+    def checkpoint_expect(self) -> dict[str, Any]:
         c = self.config.to_dict()
         keep = ("env", "env_kwargs", "seed", "es", "mappo", "actor", "critic", "num_skills")
         return {"env": self.config.env, "config": {k: c[k] for k in keep}}
 
-    def _ckpt_tree(self) -> dict[str, Any]:
+    def checkpoint_tree(self) -> dict[str, Any]:
         return {"train_state": self.ts, "es_state": self.es_state, "round": int(self.round),
                 "best_fitness": float(self.best_fitness)}
 
@@ -973,7 +1001,7 @@ class ESTrainer:
                                            keep=self.config.keep_checkpoints)
         meta = {**self._metadata(), "history": _clean(self.history),
                 "wall_time": self._wall()}
-        return mgr.save(self.round, self._ckpt_tree(), meta)
+        return mgr.save(self.round, self.checkpoint_tree(), meta)
 
     def _wall(self) -> float:
         return self._wall_offset + (time.perf_counter() - self._t_start if self._t_start else 0.0)
@@ -1287,13 +1315,17 @@ class ESTrainer:
 
     # --- resume ---------------------------------------------------------------------------
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, n_outer: int | None = None) -> ESTrainer:
+    def resume(cls, run_dir: str | os.PathLike, n_outer: int | None = None,
+               env: str | None = None) -> ESTrainer:
         """A trainer continuing ``run_dir`` from its newest checkpoint.
 
         The config comes from the checkpoint (``n_outer`` may be raised); the template is
         a freshly built trainer, so a checkpoint of another env or architecture is
         refused naming the difference. ``metrics.jsonl`` is rewritten to the checkpoint's
         history (rounds after the checkpoint will be recomputed identically).
+
+        The checkpoint is data: a ``"module:attr"`` env it names is not imported unless
+        the caller names the same id as ``env`` (:class:`UntrustedEnvError` otherwise).
         """
         run_dir = Path(run_dir)
         mgr = checkpoint.CheckpointManager(run_dir)
@@ -1310,10 +1342,16 @@ class ESTrainer:
         if "config" not in meta:
             raise checkpoint.CheckpointError(f"{latest} has no trainer config in its metadata")
         config = TrainerConfig.from_dict(meta["config"])
+        if env is not None and env != config.env:
+            raise ValueError(f"{run_dir} is a run of env {config.env!r}; resuming continues "
+                             f"that env (env={env!r} may only repeat it)")
         if n_outer is not None:
             config = dataclasses.replace(config, n_outer=int(n_outer))
-        trainer = cls(config, run_dir)
-        tree, meta = mgr.load_latest(trainer._ckpt_tree(), expect=trainer._expect())
+        resolved = resolve_env(config.env, config.env_kwargs,
+                               source=None if env is not None else f"checkpoint {latest}")
+        trainer = cls(config, run_dir, resolved=resolved)
+        tree, meta = mgr.load_latest(trainer.checkpoint_tree(),
+                                     expect=trainer.checkpoint_expect())
         if n_outer is not None:  # the run's config.json says what it now runs to
             _write_text_atomic(trainer.paths["config"],
                                json.dumps(config.to_dict(), indent=2) + "\n")
@@ -1333,17 +1371,22 @@ class ESTrainer:
         """A trainer holding the state of one checkpoint file (for eval / render).
 
         ``env`` evaluates on another env id; its networks must have the same shapes (the
-        checkpoint's structure is still checked leaf by leaf)."""
+        checkpoint's structure is still checked leaf by leaf). The checkpoint is data: a
+        ``"module:attr"`` env it names is imported only when the caller passes that id as
+        ``env`` (:class:`UntrustedEnvError` otherwise)."""
         path = Path(path)
         meta = checkpoint.read_metadata(path)
         if "config" not in meta:
             raise checkpoint.CheckpointError(f"{path} has no trainer config in its metadata")
         config = TrainerConfig.from_dict(meta["config"])
+        same_env = env is None or env == config.env
         if env is not None:
             config = dataclasses.replace(config, env=env)
-        trainer = cls(config, path.parent)
-        expect = trainer._expect() if env is None else None
-        tree, meta = checkpoint.load(path, trainer._ckpt_tree(), expect=expect)
+        resolved = resolve_env(config.env, config.env_kwargs,
+                               source=None if env is not None else f"checkpoint {path}")
+        trainer = cls(config, path.parent, resolved=resolved)
+        expect = trainer.checkpoint_expect() if same_env else None
+        tree, meta = checkpoint.load(path, trainer.checkpoint_tree(), expect=expect)
         trainer.ts = tree["train_state"]
         trainer.es_state = tree["es_state"]
         trainer.round = int(tree["round"])

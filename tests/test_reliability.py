@@ -236,11 +236,11 @@ def tiny_run(tmp_path_factory):
 
 def test_checkpoint_of_another_env_or_version_is_refused(tiny_run, tmp_path, monkeypatch):
     t, ckpt = tiny_run
-    other = t._expect()
+    other = t.checkpoint_expect()
     other["config"]["env_kwargs"] = {**other["config"]["env_kwargs"], "num_agents": 4}
     with pytest.raises(checkpoint.CheckpointError, match=r"env_kwargs\.num_agents: checkpoint "
                                                          r"has 3, expected 4"):
-        checkpoint.load(ckpt, t._ckpt_tree(), expect=other)
+        checkpoint.load(ckpt, t.checkpoint_tree(), expect=other)
     monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 2)
     with pytest.raises(checkpoint.CheckpointError, match="format version 1; this feudal-es "
                                                          "reads format version 2"):
@@ -478,7 +478,7 @@ def test_every_member_nan_on_the_jax_path_stops_before_writing(tmp_path):
     assert t.round == 1 and len(rows(t.run_dir)) == 1
     assert_trees_equal((t.ts, t.es_state), before)
     assert checkpoint.CheckpointManager(t.run_dir).latest().name == "ckpt_00000001.npz"
-    tree, _ = checkpoint.load(checkpoint.CheckpointManager(t.run_dir).latest(), t._ckpt_tree())
+    tree, _ = checkpoint.load(checkpoint.CheckpointManager(t.run_dir).latest(), t.checkpoint_tree())
     flat = jax.flatten_util.ravel_pytree(eqx.filter(tree["train_state"].actor,
                                                     eqx.is_inexact_array))[0]
     assert bool(jnp.all(jnp.isfinite(flat)))

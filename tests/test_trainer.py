@@ -196,7 +196,8 @@ def test_resume_refuses_another_architecture(tmp_path):
     t.save_checkpoint()
     other = ESTrainer(TINY.override({"critic.hidden": [16]}), tmp_path / "b")
     with pytest.raises(CheckpointError, match="critic"):
-        CheckpointManager(tmp_path / "a").load_latest(other._ckpt_tree(), other._expect())
+        CheckpointManager(tmp_path / "a").load_latest(other.checkpoint_tree(),
+                                                      other.checkpoint_expect())
 
 
 # --- config and env errors ----------------------------------------------------------------------
