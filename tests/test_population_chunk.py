@@ -63,9 +63,10 @@ def test_chunked_rollouts_equal_full_width_vmap(setup):
 
 def test_trainer_generation_uses_the_chunk(setup):
     """The trainer's ES generation with chunks of 3 (population 4: one chunk + remainder 1)
-    equals the full-width one of TINY: the ES state exactly (rank-based update: ulp-level
-    fitness differences do not reorder these members), the logged fitness to ``RTOL``. The
-    chunk is part of the compile-cache key; the automatic chunk is 8 on CPU."""
+    equals the full-width one of TINY to ``RTOL``, ES state and logged fitness alike: two
+    programs, so XLA may round in another order (the members' fitness gaps are far wider
+    than that, so the rank-based update sees the same order). The chunk is part of the
+    compile-cache key; the automatic chunk is 8 on CPU."""
     core, actor = setup
     if jax.default_backend() == "cpu":
         assert tr.population_chunk(TINY) == tr.CPU_POPULATION_CHUNK
@@ -77,7 +78,8 @@ def test_trainer_generation_uses_the_chunk(setup):
     a_state, a_info = jax.device_get(full.generation(jax.random.key(3), state, actor))
     b_state, b_info = jax.device_get(chunked.generation(jax.random.key(3), state, actor))
     assert a_info["best_fitness"] > a_info["mean_fitness"]  # members differ
-    jax.tree.map(np.testing.assert_array_equal, b_state, a_state)
+    jax.tree.map(lambda b, a: np.testing.assert_allclose(b, a, rtol=RTOL, atol=1e-7),
+                 b_state, a_state)
     assert a_info.keys() == b_info.keys()
     for k in a_info:
         np.testing.assert_allclose(b_info[k], a_info[k], rtol=RTOL, atol=0, err_msg=k)

@@ -1,7 +1,11 @@
 """Population sharding oracle: the ES generation with the population split over 2 (forced
-CPU) devices equals the single-device run exactly — fitness per member, ES state and info,
-with the whole population in one vmap and with the members evaluated in chunks
-(``population_chunk``, the CPU default's ``lax.map``) inside each device's share.
+CPU) devices equals the single-device run — fitness per member, ES state and info, with
+the whole population in one vmap and with the members evaluated in chunks
+(``population_chunk``, the CPU default's ``lax.map``) inside each device's share — to a
+stated float tolerance: the two are different XLA programs (one with a ``shard_map``), so
+XLA may fuse and reduce in another order, and how it does so depends on the CPU (seen: 1
+ulp in the best fitness on an AVX-512 machine, none on this one). Exact equality is
+promised only for the same program on the same machine (resume, same-seed reruns).
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` only works before jax is imported,
 so the 2-device side runs in a subprocess; this process (1 device) computes the
@@ -40,9 +44,16 @@ SETUP = textwrap.dedent("""
     def generations(config, actor, prefix):
         fns = tr._jax_fns(config, core)  # what ESTrainer runs each round
         state = es.init(selector_theta(actor), config.es_config)
-        state, info = fns.generation(jax.random.key(3), state, actor)
-        state, info = fns.generation(jax.random.key(4), state, actor)  # twice: adam moments
-        out = {"mean": state.mean, "sigma": state.sigma, "opt_state": state.opt_state[0].mu}
+        fitness = []
+        for seed in (3, 4):  # twice: adam moments
+            # the members' fitness on the generation's episodes (its key split), unsharded
+            k_ask, k_eval = jax.random.split(jax.random.key(seed))
+            population, _ = es.ask(k_ask, state, config.es_config)
+            keys = jax.random.split(k_eval, config.episodes)
+            fitness.append(fns.rollouts(actor, population, keys)[0].mean(axis=1))
+            state, info = fns.generation(jax.random.key(seed), state, actor)
+        out = {"mean": state.mean, "sigma": state.sigma, "opt_state": state.opt_state[0].mu,
+               "fitness": jnp.concatenate(fitness)}
         out.update({f"info_{k}": v for k, v in info.items()})
         return {prefix + k: v for k, v in out.items()}
 
@@ -92,11 +103,17 @@ def two_device_results(tmp_path_factory):
         return dict(z)
 
 
+# float32 reassociation across the two programs: a 12-step episode's team return and the
+# ES update built from it agree to a few ulps (seen: 2.4e-7 relative); 1e-5 leaves ample
+# room while a wrong member, a dropped pad or another rank order is off by far more
+RTOL, ATOL = 1e-5, 1e-6
+
+
 def test_two_devices_equal_one_device(two_device_results):
-    """ES state (mean, sigma, Adam moments), best fitness and every padded output exact;
-    ``info_mean_fitness`` (a logged diagnostic, a sum over members) to rtol 1e-6, a few
-    float32 ulps: in the sharded program the members' sum is not fused with the rollout's
-    episode mean, so XLA adds in another order (seen: 1-2 ulps)."""
+    """ES state (mean, sigma, Adam moments), fitness info and every padded output equal
+    to ``RTOL``/``ATOL``. The members' fitness gaps are asserted far wider than the
+    tolerance first, so float noise cannot reorder the ranks the ES update uses (a
+    different rank order would move the mean by ~lr, not by ulps)."""
     ns: dict = {}
     exec(SETUP, ns)
     assert len(jax.devices()) == 1
@@ -106,12 +123,25 @@ def test_two_devices_equal_one_device(two_device_results):
     assert ref["info_best_fitness"] > ref["info_mean_fitness"]  # members differ
     assert ref["chunked_info_best_fitness"] > ref["chunked_info_mean_fitness"]
     for k, v in ref.items():
-        if k.endswith("info_mean_fitness"):
-            np.testing.assert_allclose(two[k], v, rtol=1e-6, atol=0)
-        else:
-            np.testing.assert_array_equal(two[k], v, err_msg=k)
-    np.testing.assert_array_equal(two["pad_a"], two["plain_a"])
-    np.testing.assert_array_equal(two["pad_b"], two["plain_b"])
+        np.testing.assert_allclose(two[k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+    np.testing.assert_allclose(two["pad_a"], two["plain_a"], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(two["pad_b"], two["plain_b"], rtol=RTOL, atol=ATOL)
+
+
+def test_member_fitness_gaps_exceed_the_tolerance(two_device_results):
+    """The premise of the ES-state comparison: the members' fitness values are either
+    exactly tied (members whose selectors pick the same skills play the same episodes,
+    and each program computes every member with one per-member program, so twins stay
+    bit-equal within it) or further apart than 100x the tolerance, so float noise cannot
+    reorder them."""
+    distinct = 0
+    for prefix in ("", "chunked_"):
+        for gen in np.split(two_device_results[prefix + "fitness"], 2):
+            gaps = np.diff(np.sort(gen))
+            far = gaps > 100 * (RTOL * np.abs(gen).max() + ATOL)
+            assert np.all((gaps == 0) | far), gen
+            distinct += int(far.sum())
+    assert distinct >= 6  # not vacuous: most members differ
 
 
 def test_shard_population_single_device_pads_and_cuts():
