@@ -1,30 +1,49 @@
 """Checkpoints: safe, atomic, verified saving and loading of a run's pytree state.
 
 A run's state (actor and critic modules, optax states, ``ESState``, batched env states,
-typed PRNG keys, Python counters) is an arbitrary pytree. It is saved as **one** ``.npz``
-file (an uncompressed zip of ``.npy`` arrays, one member per leaf, named by the leaf's
-path) plus one member ``__feudal_es__`` holding a JSON document: the format version, the
-kind of file, the leaf table (path, dtype, shape), a sha256 checksum of the array bytes
-and the caller's metadata (env id, configs, seed, step, ...).
+typed PRNG keys, Python counters) is an arbitrary pytree. It is saved as **one**
+`safetensors <https://huggingface.co/docs/safetensors>`_ file (format version 2, suffix
+:data:`SUFFIX`): one tensor per array leaf, named by the leaf's path, and in the header's
+``__metadata__`` one entry, ``"feudal_es"``, holding a JSON document: the format and its
+version, the kind of file (``"tree"`` or ``"selector"``), the creation time, the JAX
+version, the leaf table (path, logical dtype, shape; ``key_impl`` for typed PRNG keys,
+``weak_type`` for JAX arrays), the caller's metadata (env id, configs, seed, step, ...)
+and two sha256 checksums: ``document_sha256`` over the document's canonical JSON (sorted
+keys, no spaces, without the checksums) and ``sha256`` over that JSON followed by every
+tensor's name, dtype, shape and bytes, in leaf-table order.
 
 Why this shape:
 
-- **Safe.** Nothing is ever unpickled: arrays are read with ``allow_pickle=False`` and
-  metadata is JSON, so loading a file from someone else cannot run code.
-- **All or nothing.** Arrays and metadata live in one file, written to a temporary file in
-  the same directory, fsynced, then renamed over the target (``os.replace``). A crash or
-  SIGKILL at any moment leaves either the previous file or the new one, never half of one.
-- **Verified.** The checksum is checked on load; a truncated, byte-flipped or foreign file
-  raises :class:`CheckpointError` with a message saying which, never a numpy/zipfile
-  traceback.
+- **Safe.** safetensors holds raw little-endian arrays and JSON, nothing executable, and
+  no compression: a file cannot make a loader run code, and a loader's memory stays
+  proportional to the file's real size. Before any tensor byte is read, the 8-byte
+  header length is checked against :data:`MAX_HEADER_BYTES` and the file size, the
+  header is parsed here, every tensor's ``data_offsets`` must match its dtype x shape and
+  tile the data area, and each tensor must be what the leaf table (and, in :func:`load`,
+  the template) says; a file declaring a huge shape is refused without allocating it.
+- **All or nothing.** Arrays and metadata live in one file, written by
+  :func:`feudal_es.atomic.atomic_write` (temp file beside it, fsync, ``os.replace``,
+  fsync of the directory). A crash or SIGKILL leaves the previous file or the new one.
+- **Verified.** :func:`read_metadata` checks ``document_sha256`` (it reads the header
+  only); :func:`load` and :func:`load_selector` also check ``sha256``. A truncated,
+  byte-flipped, hand-edited (say, metadata naming another env) or foreign file raises
+  :class:`CheckpointError` saying which, never a library traceback. The checksums detect
+  damage and naive edits; they are not signatures (whoever rewrites a file can recompute
+  them), but no file can run code or exhaust memory.
 - **Template-filled.** Loading takes a template pytree of the same structure (e.g. a
   freshly initialised train state, or ``jax.eval_shape`` of one) and fills it, so Equinox
   modules, NamedTuples and static fields come from code, not from the file. A template of
-  another architecture is refused with the first differing leaf named.
+  another architecture is refused, before reading tensors, with the first differing leaf
+  named.
 
-Typed PRNG keys are stored as their ``jax.random.key_data`` and rebuilt with
-``jax.random.wrap_key_data``; non-array leaves that are not Python scalars (e.g. the
-activation functions inside ``eqx.nn.MLP``) are not stored and are taken from the template.
+How leaves become stored arrays (typed PRNG keys, bfloat16 and other dtypes safetensors
+does not name, Python scalars, non-array leaves) is :mod:`feudal_es.leaves`'.
+
+Format 1 (an ``.npz`` zip of ``.npy`` members, written by older feudal-es) is refused by
+every loader with a message saying how to convert it: ``feudal-es convert OLD.npz
+[NEW.safetensors]`` (:func:`convert_v1`). The converter does not use numpy's npz reader,
+which inflates a member in full before anything can be checked (a 1.6 MiB file can
+inflate to gigabytes), but :mod:`feudal_es.legacy_npz`'s guarded one.
 """
 
 from __future__ import annotations
@@ -34,22 +53,43 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
-import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import safetensors
+import safetensors.numpy
+
+from feudal_es.atomic import atomic_write, temp_prefix
+from feudal_es.leaves import (
+    ST_DTYPES,
+    decode,
+    describe,
+    encode,
+    flatten_with_paths,
+    format_leaf,
+    from_storage,
+    logical_dtype,
+    stored_as,
+    tensor_name,
+    to_storage,
+)
+from feudal_es.legacy_npz import StoredNpz
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_HEADER_BYTES",
+    "SUFFIX",
     "CheckpointError",
     "CheckpointManager",
+    "convert_v1",
     "load",
     "load_selector",
     "read_metadata",
@@ -57,147 +97,38 @@ __all__ = [
     "save_selector",
 ]
 
-FORMAT_VERSION = 1  # bump when the on-disk layout changes; load refuses other versions
+FORMAT_VERSION = 2  # bump when the on-disk layout changes; loaders refuse other versions
+SUFFIX = ".safetensors"  # of checkpoint and selector files
+MAX_HEADER_BYTES = 64 * 2**20  # safetensors header (leaf table + metadata) size accepted
 _FORMAT = "feudal-es"
-_HEADER = "__feudal_es__"  # zip member (without .npy) holding the JSON document
+_DOC_KEY = "feudal_es"  # the __metadata__ entry holding the JSON document
 _TREE, _SELECTOR = "tree", "selector"
-_SELECTOR_PATH = "theta"
-_ZIP_MAGIC = b"PK\x03\x04"
+_SELECTOR_LEAF = "['theta']"  # the leaf path of save_selector's vector
+_MAX_NDIM = 64  # numpy's limit; also bounds the work of checking a declared shape
+_ZIP_MAGIC = b"PK\x03\x04"  # format 1 (.npz)
+_V1_HEADER = "__feudal_es__.npy"  # format 1's JSON member
 
 PathLike = str | os.PathLike
-
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be used: missing, foreign, corrupted, of another format version,
     or not matching the template / expected metadata. The message names the cause."""
 
 
-# ----------------------------------------------------------------------------- leaves
-def _is_key(x: Any) -> bool:
-    return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+# -------------------------------------------------------------------------- checksums
+def _canonical(doc: Mapping[str, Any]) -> bytes:
+    """The document without its checksums, as canonical JSON."""
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-_PY_SCALARS = ((bool, "py_bool", np.bool_), (int, "py_int", np.int64),
-               (float, "py_float", np.float64), (complex, "py_complex", np.complex128))
+def _document_digest(doc: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_canonical(doc)).hexdigest()
 
 
-def _py_scalar(x: Any) -> tuple[str, type] | None:
-    if isinstance(x, np.generic):  # np.float64 subclasses float, but it is a numpy leaf
-        return None
-    for typ, name, np_type in _PY_SCALARS:  # bool first: it is a subclass of int
-        if isinstance(x, typ):
-            return name, np_type
-    return None
-
-
-def _describe(x: Any) -> dict[str, Any]:
-    """Logical description of one leaf: what the template and the file must agree on."""
-    scalar = _py_scalar(x)
-    if scalar is not None:
-        return {"dtype": scalar[0], "shape": []}
-    if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
-        return {"dtype": str(x.dtype), "shape": list(x.shape)}
-    return {"dtype": None, "shape": None, "type": type(x).__name__}  # not stored
-
-
-def _fmt(desc: Mapping[str, Any]) -> str:
-    if desc["dtype"] is None:
-        return f"<not stored: {desc.get('type', '?')}>"
-    return f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}]"
-
-
-def _encode(x: Any) -> tuple[np.ndarray | None, dict[str, Any]]:
-    """One leaf -> (array to store or None, its leaf-table entry)."""
-    desc = _describe(x)
-    if desc["dtype"] is None:
-        return None, desc
-    scalar = _py_scalar(x)
-    if scalar is not None:
-        try:
-            return np.asarray(x, dtype=scalar[1]), desc
-        except OverflowError:
-            raise ValueError(f"Python int {x} does not fit in int64") from None
-    if _is_key(x):
-        desc["key_impl"] = str(jax.random.key_impl(x))
-        x = jax.random.key_data(x)
-    if isinstance(x, jax.Array):
-        desc["weak_type"] = bool(x.weak_type)
-    arr = np.asarray(jax.device_get(x))
-    if np.dtype(arr.dtype.str) != arr.dtype:  # e.g. bfloat16: .npy would store raw void
-        arr = arr.view(f"u{arr.dtype.itemsize}")
-    return arr, desc
-
-
-def _decode(arr: np.ndarray, desc: Mapping[str, Any], template: Any) -> Any:
-    """Stored array + its entry -> a leaf of the template's kind (already shape-checked)."""
-    if desc["dtype"] is None:
-        return template
-    if desc["dtype"].startswith("py_"):
-        if arr.shape != ():
-            raise ValueError(f"scalar stored with shape {arr.shape}")
-        return type(template)(arr.item())
-    if _is_key(template):
-        key = jax.random.wrap_key_data(jnp.asarray(arr), impl=desc["key_impl"])
-        if key.shape != template.shape:
-            raise ValueError(f"key data of shape {arr.shape} for keys of shape {template.shape}")
-        return _place(key, template)
-    arr = _as_dtype(arr, np.dtype(template.dtype))
-    if arr.shape != template.shape:
-        raise ValueError(f"array stored with shape {arr.shape}, declared {template.shape}")
-    if isinstance(template, np.generic):
-        return arr[()]
-    if isinstance(template, np.ndarray):
-        return arr
-    out = jnp.asarray(arr)
-    if desc.get("weak_type"):
-        out = _weak(out)
-    return _place(out, template)
-
-
-def _as_dtype(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Undo :func:`_encode`'s raw-bits storage of dtypes .npy cannot name (bfloat16...)."""
-    if arr.dtype == dtype:
-        return arr
-    if arr.dtype != np.dtype(f"u{dtype.itemsize}"):
-        raise ValueError(f"{dtype} data stored as {arr.dtype}")
-    return arr.view(dtype)
-
-
-def _weak(x: jax.Array) -> jax.Array:
-    """Restore a weakly typed array (e.g. ``jnp.asarray(0.1)``) so that jitted code sees
-    the same abstract value as before the save (no retrace, same dtype promotion)."""
-    try:
-        from jax._src.lax.lax import _convert_element_type
-    except ImportError:  # pragma: no cover - private API moved; value is still exact
-        return x
-    return _convert_element_type(x, x.dtype, weak_type=True)
-
-
-def _place(x: jax.Array, template: Any) -> jax.Array:
-    """Put a restored array where the template's leaf lives (committed / sharded)."""
-    sharding = getattr(template, "sharding", None)
-    committed = getattr(template, "committed", isinstance(template, jax.ShapeDtypeStruct))
-    if sharding is None or not committed:
-        return x
-    return jax.device_put(x, sharding)
-
-
-def _flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
-    leaves_with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    paths = [jax.tree_util.keystr(p) for p, _ in leaves_with_path]
-    if len(set(paths)) != len(paths):
-        dup = next(p for p in paths if paths.count(p) > 1)
-        raise ValueError(f"two leaves share the path {dup!r}; cannot name them apart")
-    return paths, [x for _, x in leaves_with_path], treedef
-
-
-def _member(path: str) -> str:
-    return (path or "<root>") + ".npy"
-
-
-def _digest(items: list[tuple[str, np.ndarray]]) -> str:
-    """sha256 over every stored array's name, dtype, shape and bytes, in leaf order."""
-    h = hashlib.sha256()
+def _digest(doc: Mapping[str, Any], items: list[tuple[str, np.ndarray]]) -> str:
+    """sha256 over the document, then every tensor's name, dtype, shape and bytes."""
+    h = hashlib.sha256(_canonical(doc))
     for name, arr in items:
         h.update(json.dumps([name, arr.dtype.str, list(arr.shape)]).encode())
         h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
@@ -260,77 +191,39 @@ def _check_expect(path: Path, found: dict[str, Any], expect: Mapping[str, Any] |
 
 
 # ------------------------------------------------------------------------------ write
-def _write_payload(f: IO[bytes], items: list[tuple[str, np.ndarray]]) -> None:
-    """Write the zip: one ``.npy`` member per (name, array), never pickling."""
-    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, arr in items:
-            with zf.open(name, "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, arr, allow_pickle=False)
+def _document(kind: str, table: list[dict[str, Any]], metadata: dict[str, Any],
+              created: str | None = None, jax_version: str | None = None) -> dict[str, Any]:
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {"format": _FORMAT, "format_version": FORMAT_VERSION, "kind": kind,
+            "created": created or now, "jax_version": jax_version or jax.__version__,
+            "leaves": table, "metadata": metadata}
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not supported everywhere (e.g. Windows)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _tmp_prefix(path: Path) -> str:
-    return f".{path.name}.tmp-"
-
-
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write into a temp file beside ``path``, fsync, rename over ``path``, fsync the dir.
-
-    Readers see the old file or the new one, never a partial one; on an exception the
-    temp file is removed (after a SIGKILL it stays, under a name no reader lists).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+def _write(path: PathLike, doc: dict[str, Any], items: list[tuple[str, np.ndarray]]) -> Path:
+    """Checksum ``doc`` and the stored arrays, serialise, write atomically."""
+    checksum = {"document_sha256": _document_digest(doc), "sha256": _digest(doc, items)}
+    document = json.dumps({**doc, "checksum": checksum})
+    payload = safetensors.numpy.save(dict(items), metadata={_DOC_KEY: document})
+    header = int.from_bytes(payload[:8], "little")
+    if header > MAX_HEADER_BYTES:
+        raise ValueError(f"checkpoint header of {header} bytes (leaf table + metadata) exceeds "
+                         f"MAX_HEADER_BYTES ({MAX_HEADER_BYTES}); loaders would refuse it")
+    return atomic_write(path, lambda f: f.write(payload))
 
 
 def _save(path: PathLike, tree: Any, metadata: Mapping[str, Any] | None, kind: str) -> Path:
-    path = Path(path)
     user_meta = _to_json(metadata, "metadata")
-    paths, leaves, _ = _flatten(tree)
+    paths, leaves, _ = flatten_with_paths(tree)
     table, items = [], []
     for p, leaf in zip(paths, leaves, strict=True):
         try:
-            arr, desc = _encode(leaf)
+            arr, desc = encode(leaf)
         except ValueError as e:
             raise ValueError(f"cannot save leaf {p!r}: {e}") from None
         table.append({"path": p, **desc})
         if arr is not None:
-            if arr.dtype.hasobject:
-                raise ValueError(f"leaf {p!r} is an object array; only numeric arrays are saved")
-            items.append((_member(p), arr))
-    header = {
-        "format": _FORMAT,
-        "format_version": FORMAT_VERSION,
-        "kind": kind,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "jax_version": jax.__version__,
-        "checksum": {"sha256": _digest(items)},
-        "leaves": table,
-        "metadata": user_meta,
-    }
-    blob = np.frombuffer(json.dumps(header, indent=1).encode(), dtype=np.uint8)
-    _atomic_write(path, lambda f: _write_payload(f, [(_member(_HEADER), blob), *items]))
-    return path
+            items.append((tensor_name(p), arr))
+    return _write(path, _document(kind, table, user_meta), items)
 
 
 def save(path: PathLike, tree: Any, metadata: Mapping[str, Any] | None = None) -> Path:
@@ -339,6 +232,8 @@ def save(path: PathLike, tree: Any, metadata: Mapping[str, Any] | None = None) -
     ``metadata`` should hold what is needed to rebuild the template and to refuse a wrong
     one later (env id and kwargs, actor/critic/ES configs, seed, step); values must be
     JSON-serialisable (numpy scalars and dataclasses are converted). Returns ``path``.
+    An ``OSError`` while writing (e.g. a full disk) propagates unchanged; the previous
+    file at ``path``, if any, is then intact.
     """
     return _save(path, tree, metadata, _TREE)
 
@@ -349,124 +244,226 @@ def save_selector(path: PathLike, theta: Any, metadata: Mapping[str, Any] | None
     arr = np.asarray(jax.device_get(theta))
     if arr.ndim != 1 or not jnp.issubdtype(arr.dtype, jnp.number):
         raise ValueError(f"theta must be a 1-D numeric vector, got {arr.dtype}{list(arr.shape)}")
-    return _save(path, {_SELECTOR_PATH: theta}, metadata, _SELECTOR)
+    return _save(path, {"theta": theta}, metadata, _SELECTOR)
 
 
 # ------------------------------------------------------------------------------- read
+def _valid_shape(shape: Any) -> bool:
+    return (isinstance(shape, list) and len(shape) <= _MAX_NDIM and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape))
+
+
 def _valid_entry(e: Any) -> bool:
     if not isinstance(e, dict) or not isinstance(e.get("path"), str):
         return False
     if e.get("dtype") is None:
         return e.get("shape") is None
-    shape = e.get("shape")
-    return (isinstance(e["dtype"], str) and isinstance(shape, list)
-            and all(isinstance(n, int) and n >= 0 for n in shape))
+    return (isinstance(e["dtype"], str) and _valid_shape(e.get("shape"))
+            and isinstance(e.get("key_impl", ""), str)
+            and isinstance(e.get("weak_type", False), bool))
+
+
+def _convert_hint(path: Path, what: str = "it") -> str:
+    dst = path.with_suffix(SUFFIX) if path.suffix != SUFFIX else f"NEW{SUFFIX}"
+    return f"convert {what} with: feudal-es convert {path} {dst}"
+
+
+def _legacy_message(path: Path) -> str:
+    return (f"{path} is a format-1 (.npz) file of an older feudal-es; this feudal-es reads "
+            f"format {FORMAT_VERSION} ({SUFFIX}): {_convert_hint(path)}")
+
+
+def _zip_refusal(path: Path) -> CheckpointError:
+    """Why a zip file is refused: a format-1 checkpoint, or someone else's archive. Only
+    the central directory is read (its size is bounded by the file's)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        return CheckpointError(f"{path} is not a feudal-es checkpoint (an unreadable zip "
+                               f"archive: {e})")
+    if _V1_HEADER in names:
+        return CheckpointError(_legacy_message(path))
+    return CheckpointError(f"{path} is not a feudal-es checkpoint (a zip archive without "
+                           f"{_V1_HEADER})")
 
 
 class _Reader:
-    """An open checkpoint file whose header has been read and validated."""
+    """A checkpoint file whose header has been read and checked; no tensor read yet.
+
+    Checks, in order: the 8-byte header length (against :data:`MAX_HEADER_BYTES` and the
+    file size), the header JSON, the document (format, version, ``document_sha256``,
+    fields, leaf table), then every tensor's dtype, shape and ``data_offsets`` against
+    the data area and the leaf table.
+    """
 
     def __init__(self, path: PathLike):
         self.path = Path(path)
         if not self.path.is_file():
             what = "is a directory" if self.path.is_dir() else "does not exist"
             raise CheckpointError(f"no checkpoint at {self.path}: it {what}")
-        with open(self.path, "rb") as f:
-            magic = f.read(4)
-        if not magic:
-            raise CheckpointError(f"checkpoint {self.path} is empty (truncated write?)")
-        if magic != _ZIP_MAGIC:
-            raise CheckpointError(f"{self.path} is not a feudal-es checkpoint (not an npz archive)")
         try:
-            self.zf = zipfile.ZipFile(self.path)
-        except Exception as e:
-            raise CheckpointError(
-                f"checkpoint {self.path} is truncated or corrupted (unreadable archive: {e})"
-            ) from None
-        try:
-            self.header = self._read_header()
-        except BaseException:
-            self.zf.close()
+            header, data_size = self._read_header()
+            self.doc = self._check_document(header.pop("__metadata__", None))
+            self._check_tensors(header, data_size)
+            self.tensors: dict[str, dict[str, Any]] = header
+        except CheckpointError:
             raise
+        except OSError as e:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {e}") from None
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            raise CheckpointError(f"checkpoint {self.path} is corrupted ({e})") from None
 
-    def __enter__(self) -> _Reader:
-        return self
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.doc["metadata"]
 
-    def __exit__(self, *exc: object) -> None:
-        self.zf.close()
+    @property
+    def leaves(self) -> list[dict[str, Any]]:
+        return self.doc["leaves"]
 
-    def array(self, name: str) -> np.ndarray:
-        """One stored array, read without pickle; any failure is a CheckpointError."""
-        try:
-            with self.zf.open(name) as member:
-                return np.lib.format.read_array(member, allow_pickle=False)
-        except KeyError:
-            raise CheckpointError(
-                f"checkpoint {self.path} is corrupted: member {name!r} is missing"
-            ) from None
-        except Exception as e:  # any failure to decode stored bytes means a damaged file
-            raise CheckpointError(
-                f"checkpoint {self.path} is corrupted or unsafe: cannot read {name!r} ({e})"
-            ) from None
+    def require_kind(self, kind: str) -> None:
+        found = self.doc["kind"]
+        if found == kind:
+            return
+        if kind == _SELECTOR:
+            raise CheckpointError(f"{self.path} is a {found!r} file, not a selector file")
+        raise CheckpointError(f"{self.path} is a {found!r} file, not a training checkpoint"
+                              + ("; use load_selector" if found == _SELECTOR else ""))
 
-    def _read_header(self) -> dict[str, Any]:
-        if _member(_HEADER) not in self.zf.namelist():
-            raise CheckpointError(
-                f"{self.path} is not a feudal-es checkpoint (no {_HEADER} entry)"
-            )
-        blob = self.array(_member(_HEADER))
-        try:
-            if blob.dtype != np.uint8 or blob.ndim != 1:
-                raise ValueError(f"header has dtype {blob.dtype} and shape {blob.shape}")
-            header = json.loads(blob.tobytes().decode())
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(
-                f"checkpoint {self.path} is corrupted (bad header: {e})"
-            ) from None
-        if not isinstance(header, dict) or header.get("format") != _FORMAT:
+    def _read_header(self) -> tuple[dict[str, Any], int]:
+        """The safetensors header as a dict, and the size of the data area after it."""
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as f:
+            head = f.read(9)
+            if not head:
+                raise CheckpointError(f"checkpoint {self.path} is empty (truncated write?)")
+            if head.startswith(_ZIP_MAGIC):
+                raise _zip_refusal(self.path)
+            if len(head) < 9 or head[8:9] != b"{":
+                raise CheckpointError(f"{self.path} is not a feudal-es checkpoint (not a "
+                                      f"safetensors file{'; truncated?' if size < 9 else ''})")
+            length = int.from_bytes(head[:8], "little")
+            if length > MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"checkpoint {self.path} is corrupted or hostile: its header claims "
+                    f"{length} bytes, over the {MAX_HEADER_BYTES} accepted (MAX_HEADER_BYTES)")
+            if 8 + length > size:
+                raise CheckpointError(
+                    f"checkpoint {self.path} is truncated: its header claims {length} bytes, "
+                    f"the file holds {size - 8} after the length field")
+            f.seek(8)
+            header = json.loads(f.read(length).decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError("the safetensors header is not a JSON object")
+        return header, size - 8 - length
+
+    def _check_document(self, st_metadata: Any) -> dict[str, Any]:
+        if not isinstance(st_metadata, dict) or not isinstance(st_metadata.get(_DOC_KEY), str):
+            raise CheckpointError(f"{self.path} is not a feudal-es checkpoint (a safetensors "
+                                  f"file without a {_DOC_KEY!r} metadata entry)")
+        doc = json.loads(st_metadata[_DOC_KEY])
+        if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
             raise CheckpointError(f"{self.path} is not a feudal-es checkpoint")
-        version = header.get("format_version")
+        version = doc.get("format_version")
         if version != FORMAT_VERSION:
             raise CheckpointError(
                 f"checkpoint {self.path} has format version {version!r}; this feudal-es "
-                f"reads format version {FORMAT_VERSION}"
-            )
-        for field, typ in (("leaves", list), ("metadata", dict), ("checksum", dict)):
-            if not isinstance(header.get(field), typ):
-                raise CheckpointError(f"checkpoint {self.path} is corrupted (bad {field!r})")
-        if not all(_valid_entry(e) for e in header["leaves"]):
-            raise CheckpointError(f"checkpoint {self.path} is corrupted (bad leaf table)")
-        return header
+                f"reads format version {FORMAT_VERSION}")
+        checksum = doc.get("checksum")
+        if not isinstance(checksum, dict):
+            raise ValueError("no checksum")
+        actual, recorded = _document_digest(doc), checksum.get("document_sha256")
+        if actual != recorded:
+            raise CheckpointError(
+                f"checkpoint {self.path} is corrupted: sha256 of its metadata document is "
+                f"{actual}, the header recorded {recorded} (damaged or edited)")
+        for field, typ in (("kind", str), ("leaves", list), ("metadata", dict)):
+            if not isinstance(doc.get(field), typ):
+                raise ValueError(f"bad {field!r}")
+        if not all(_valid_entry(e) for e in doc["leaves"]):
+            raise ValueError("bad leaf table")
+        names = [tensor_name(e["path"]) for e in doc["leaves"]]
+        if len(set(names)) != len(names):
+            raise ValueError("two leaf-table entries share a name")
+        return doc
+
+    def _check_tensors(self, tensors: dict[str, Any], data_size: int) -> None:
+        """Declared tensors: consistent in themselves, tiling the data area, and exactly
+        the stored leaves of the leaf table. Reads nothing."""
+        spans = []
+        for name, t in tensors.items():
+            if not (isinstance(t, dict) and t.get("dtype") in ST_DTYPES
+                    and _valid_shape(t.get("shape")) and isinstance(t.get("data_offsets"), list)
+                    and len(t["data_offsets"]) == 2
+                    and all(isinstance(o, int) for o in t["data_offsets"])):
+                raise ValueError(f"tensor {name!r}: bad dtype, shape or data_offsets")
+            begin, end = t["data_offsets"]
+            nbytes = math.prod(t["shape"]) * ST_DTYPES[t["dtype"]].itemsize
+            if end - begin != nbytes:
+                raise ValueError(f"tensor {name!r} declares {t['dtype']}{t['shape']} "
+                                 f"({nbytes} bytes) but its data_offsets span {end - begin}")
+            spans.append((begin, end, name))
+        at = 0
+        for begin, end, name in sorted(spans):
+            if begin != at or end > data_size:
+                raise ValueError(f"tensor {name!r}: data_offsets [{begin}, {end}] do not tile "
+                                 f"the {data_size} data bytes of the file (truncated?)")
+            at = end
+        if at != data_size:
+            raise ValueError(f"{data_size - at} data bytes belong to no tensor")
+        stored = {tensor_name(e["path"]): e for e in self.leaves if e["dtype"] is not None}
+        extra = [name for name in tensors if name not in stored]
+        if extra:
+            raise ValueError(f"tensor {extra[0]!r} is not a stored leaf of the leaf table")
+        for name, entry in stored.items():
+            if name not in tensors:
+                raise ValueError(f"leaf {name!r} has no tensor")
+            code, shape, prefix = stored_as(entry)
+            found = tensors[name]["shape"]
+            fits = (found[: len(shape)] == shape and len(found) > len(shape) if prefix
+                    else found == shape)
+            if tensors[name]["dtype"] != code or not fits:
+                raise ValueError(f"tensor {name!r} is {tensors[name]['dtype']}{found}; the leaf "
+                                 f"table says {format_leaf(entry)}, stored as {code}{shape}")
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every stored leaf array by path, after checking the sha256 checksum."""
-        out, items = {}, []
-        for entry in self.header["leaves"]:
-            if entry.get("dtype") is not None:
-                name = _member(entry["path"])
-                out[entry["path"]] = arr = self.array(name)
-                items.append((name, arr))
-        expected = self.header["checksum"].get("sha256")
-        actual = _digest(items)
+        items = []
+        try:
+            with safetensors.safe_open(self.path, framework="numpy") as f:
+                for entry in self.leaves:
+                    if entry["dtype"] is not None:
+                        name = tensor_name(entry["path"])
+                        items.append((name, f.get_tensor(name)))
+        except Exception as e:  # any failure to read checked bytes means a damaged file
+            raise CheckpointError(f"checkpoint {self.path} is corrupted (safetensors cannot "
+                                  f"read it: {e})") from None
+        for name, arr in items:
+            t = self.tensors[name]
+            if arr.dtype != ST_DTYPES[t["dtype"]] or list(arr.shape) != t["shape"]:
+                raise CheckpointError(f"checkpoint {self.path} changed while being read")
+        expected, actual = self.doc["checksum"].get("sha256"), _digest(self.doc, items)
         if actual != expected:
             raise CheckpointError(
-                f"checkpoint {self.path} is corrupted: sha256 of its arrays is {actual}, "
-                f"the header recorded {expected}"
-            )
-        return out
+                f"checkpoint {self.path} is corrupted: sha256 of its metadata and arrays is "
+                f"{actual}, the header recorded {expected}")
+        paths = (e["path"] for e in self.leaves if e["dtype"] is not None)
+        return {p: arr for p, (_, arr) in zip(paths, items, strict=True)}
 
 
 def read_metadata(path: PathLike) -> dict[str, Any]:
     """The caller metadata stored in a checkpoint or selector file, without reading the
-    arrays: enough to build the template (configs, env id) before :func:`load`."""
-    with _Reader(path) as r:
-        return r.header["metadata"]
+    arrays: enough to build the template (configs, env id) before :func:`load`. Reads and
+    checks the header only (``document_sha256`` included); the arrays and the ``sha256``
+    over metadata and arrays are checked by :func:`load` / :func:`load_selector`."""
+    return _Reader(path).metadata
 
 
 def _check_structure(path: Path, table: list[dict[str, Any]], paths: list[str],
                      leaves: list[Any]) -> None:
     found = {e["path"]: e for e in table}
-    expected = {p: _describe(x) for p, x in zip(paths, leaves, strict=True)}
+    expected = {p: describe(x) for p, x in zip(paths, leaves, strict=True)}
     missing = [p for p in paths if p not in found]
     extra = [e["path"] for e in table if e["path"] not in expected]
 
@@ -481,8 +478,8 @@ def _check_structure(path: Path, table: list[dict[str, Any]], paths: list[str],
         return
     order = {p: i for i, p in enumerate(paths)}
     first = min(missing + changed, key=order.__getitem__) if missing or changed else extra[0]
-    exp = _fmt(expected[first]) if first in expected else "<absent>"
-    got = _fmt(found[first]) if first in found else "<absent>"
+    exp = format_leaf(expected[first]) if first in expected else "<absent>"
+    got = format_leaf(found[first]) if first in found else "<absent>"
     raise CheckpointError(
         f"checkpoint {path} does not match the template (another architecture or env?): "
         f"first difference at leaf {first or '<root>'}: template expects {exp}, checkpoint "
@@ -499,25 +496,21 @@ def load(path: PathLike, template: Any, expect: Mapping[str, Any] | None = None
     ``jax.ShapeDtypeStruct``); each leaf comes back as the template leaf's kind (jax or
     numpy array, typed key, Python scalar) with the saved dtype and bits. ``expect`` holds
     metadata entries that must match (e.g. ``{"env_id": ..., "actor_config": {...}}``).
-    Raises :class:`CheckpointError` naming the cause on any problem.
+    Both are checked before any array is read. Raises :class:`CheckpointError` naming the
+    cause on any problem.
     """
-    with _Reader(path) as r:
-        header = r.header
-        if header.get("kind") != _TREE:
-            raise CheckpointError(
-                f"{r.path} is a {header.get('kind')!r} file, not a training checkpoint"
-                + ("; use load_selector" if header.get("kind") == _SELECTOR else "")
-            )
-        arrays = r.arrays()
-    _check_expect(r.path, header["metadata"], expect)
-    paths, leaves, treedef = _flatten(template)
-    _check_structure(r.path, header["leaves"], paths, leaves)
-    table = {e["path"]: e for e in header["leaves"]}
+    r = _Reader(path)
+    r.require_kind(_TREE)
+    _check_expect(r.path, r.metadata, expect)
+    paths, leaves, treedef = flatten_with_paths(template)
+    _check_structure(r.path, r.leaves, paths, leaves)
+    arrays = r.arrays()
+    table = {e["path"]: e for e in r.leaves}
     try:
-        restored = [_decode(arrays.get(p), table[p], x) for p, x in zip(paths, leaves, strict=True)]
+        restored = [decode(arrays.get(p), table[p], x) for p, x in zip(paths, leaves, strict=True)]
     except (ValueError, TypeError, KeyError) as e:
         raise CheckpointError(f"checkpoint {r.path} is corrupted ({e})") from None
-    return jax.tree_util.tree_unflatten(treedef, restored), header["metadata"]
+    return jax.tree_util.tree_unflatten(treedef, restored), r.metadata
 
 
 def load_selector(path: PathLike, expected_size: int | None = None
@@ -525,40 +518,104 @@ def load_selector(path: PathLike, expected_size: int | None = None
     """Load a file written by :func:`save_selector`: returns ``(theta[D], metadata)``.
 
     With ``expected_size`` (the selector size of the actor it will be put into), a vector
-    of another length is refused naming both sizes.
+    of another length is refused naming both sizes, before it is read.
     """
-    with _Reader(path) as r:
-        if r.header.get("kind") != _SELECTOR:
-            raise CheckpointError(
-                f"{r.path} is a {r.header.get('kind')!r} file, not a selector file"
-            )
-        arrays = r.arrays()
-    theta = arrays.get(f"[{_SELECTOR_PATH!r}]")
-    entry = next((e for e in r.header["leaves"] if e["path"] == f"[{_SELECTOR_PATH!r}]"), None)
-    if theta is None or entry is None or theta.ndim != 1 or entry["dtype"].startswith("py_"):
+    r = _Reader(path)
+    r.require_kind(_SELECTOR)
+    entry = next((e for e in r.leaves if e["path"] == _SELECTOR_LEAF), None)
+    if (entry is None or entry["dtype"] is None or entry["dtype"].startswith("py_")
+            or "key_impl" in entry or len(entry["shape"]) != 1):
         raise CheckpointError(f"selector file {r.path} is corrupted (no 1-D theta)")
-    if expected_size is not None and theta.shape[0] != expected_size:
-        raise CheckpointError(
-            f"selector file {r.path} holds {theta.shape[0]} parameters; the actor's "
-            f"selector has {expected_size}"
-        )
+    size = entry["shape"][0]
+    if expected_size is not None and size != expected_size:
+        raise CheckpointError(f"selector file {r.path} holds {size} parameters; the actor's "
+                              f"selector has {expected_size}")
+    theta = from_storage(r.arrays()[_SELECTOR_LEAF], logical_dtype(entry["dtype"]))
+    return jnp.asarray(theta), r.metadata
+
+
+# ---------------------------------------------------------------------- format 1 (.npz)
+def _read_v1(src: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], np.ndarray]]]:
+    """A format-1 file's header and its (leaf entry, stored array) pairs, checksum checked,
+    read through the guarded :class:`~feudal_es.legacy_npz.StoredNpz`."""
+    with StoredNpz(src) as npz:
+        if _V1_HEADER not in npz.names:
+            raise ValueError(f"no {_V1_HEADER} member: not a feudal-es file")
+        blob = npz.array(_V1_HEADER)
+        if blob.dtype != np.uint8 or blob.ndim != 1:
+            raise ValueError(f"header member holds {blob.dtype}{list(blob.shape)}")
+        header = json.loads(blob.tobytes().decode())
+        if not isinstance(header, dict) or header.get("format") != _FORMAT:
+            raise ValueError("not a feudal-es file")
+        if header.get("format_version") != 1:
+            raise ValueError(f"format version {header.get('format_version')!r}, not 1")
+        if header.get("kind") not in (_TREE, _SELECTOR) or not isinstance(
+                header.get("metadata"), dict) or not isinstance(header.get("checksum"), dict):
+            raise ValueError("bad header")
+        if not isinstance(header.get("leaves"), list) or not all(
+                _valid_entry(e) for e in header["leaves"]):
+            raise ValueError("bad leaf table")
+        pairs = [(e, npz.array(tensor_name(e["path"]) + ".npy"))
+                 for e in header["leaves"] if e["dtype"] is not None]
+    h = hashlib.sha256()
+    for e, arr in pairs:
+        h.update(json.dumps([tensor_name(e["path"]) + ".npy", arr.dtype.str,
+                             list(arr.shape)]).encode())
+        h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    if h.hexdigest() != header["checksum"].get("sha256"):
+        raise ValueError("sha256 of its arrays differs from the one its header recorded")
+    return header, pairs
+
+
+def _v1_storage(entry: Mapping[str, Any], arr: np.ndarray) -> np.ndarray:
+    """A format-1 stored array (raw bits for dtypes .npy cannot name) -> format-2 storage."""
+    if "key_impl" in entry:
+        if arr.dtype != np.uint32 or list(arr.shape[: len(entry["shape"])]) != entry["shape"]:
+            raise ValueError(f"leaf {entry['path']!r}: bad key data {arr.dtype}{arr.shape}")
+        return to_storage(arr)
+    logical = from_storage(arr, logical_dtype(entry["dtype"]))
+    if list(logical.shape) != entry["shape"]:
+        raise ValueError(f"leaf {entry['path']!r} has shape {logical.shape}, declared "
+                         f"{entry['shape']}")
+    return to_storage(logical)
+
+
+def convert_v1(src: PathLike, dst: PathLike | None = None) -> Path:
+    """Rewrite a format-1 ``.npz`` checkpoint or selector file as format 2 at ``dst``
+    (default: ``src`` with :data:`SUFFIX`), keeping its leaves, metadata and creation
+    time. ``src`` is read with the guarded reader described in the module docstring;
+    ``dst`` must not exist. Returns ``dst``; raises :class:`CheckpointError` naming the
+    cause when ``src`` cannot be converted."""
+    src = Path(src)
+    dst = src.with_suffix(SUFFIX) if dst is None else Path(dst)
+    if not src.is_file():
+        raise CheckpointError(f"no format-1 file at {src}")
+    if dst.exists():
+        raise CheckpointError(f"{dst} exists; not overwriting it")
     try:
-        theta = _as_dtype(theta, jnp.dtype(entry["dtype"]))
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"selector file {r.path} is corrupted ({e})") from None
-    return jnp.asarray(theta), r.header["metadata"]
+        header, pairs = _read_v1(src)
+        items = [(tensor_name(e["path"]), _v1_storage(e, arr)) for e, arr in pairs]
+        created, version = (header.get(k) for k in ("created", "jax_version"))
+        doc = _document(header["kind"], header["leaves"], header["metadata"],
+                        created if isinstance(created, str) else None,
+                        version if isinstance(version, str) else None)
+        return _write(dst, doc, items)
+    except (zipfile.BadZipFile, ValueError, TypeError, KeyError, EOFError,
+            RecursionError) as e:
+        raise CheckpointError(f"cannot convert {src}: {e}") from None
 
 
 # ---------------------------------------------------------------------------- manager
 class CheckpointManager:
-    """The checkpoints of one run directory: ``run_dir/ckpt_<step>.npz``, newest ``keep``
-    kept.
+    """The checkpoints of one run directory: ``run_dir/ckpt_<step:08d>.safetensors``,
+    newest ``keep`` kept.
 
     One writer per run directory. Saves are atomic; older checkpoints are pruned only
     after the new one is on disk, so a crash never leaves fewer than before.
     """
 
-    _NAME = re.compile(r"^ckpt_(\d+)\.npz$")
+    _NAME = re.compile(rf"^ckpt_(\d+){re.escape(SUFFIX)}$")
+    _LEGACY_NAME = re.compile(r"^ckpt_(\d+)\.npz$")
 
     def __init__(self, run_dir: PathLike, keep: int | None = 3):
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
@@ -568,18 +625,26 @@ class CheckpointManager:
 
     def path(self, step: int) -> Path:
         """Where the checkpoint of ``step`` lives (names sort by step)."""
-        return self.run_dir / f"ckpt_{step:08d}.npz"
+        return self.run_dir / f"ckpt_{step:08d}{SUFFIX}"
 
-    def all(self) -> list[Path]:
-        """Complete checkpoints, oldest first (temp files of unfinished writes excluded)."""
+    def _scan(self, pattern: re.Pattern[str]) -> list[Path]:
         if not self.run_dir.is_dir():
             return []
         found = []
         for p in self.run_dir.iterdir():
-            m = self._NAME.match(p.name)
+            m = pattern.match(p.name)
             if m and p.is_file():
                 found.append((int(m.group(1)), p))
         return [p for _, p in sorted(found)]
+
+    def all(self) -> list[Path]:
+        """Complete checkpoints, oldest first (temp files of unfinished writes excluded)."""
+        return self._scan(self._NAME)
+
+    def legacy(self) -> list[Path]:
+        """Format-1 checkpoints (``ckpt_*.npz``, older feudal-es), oldest first; loaders
+        refuse them, :func:`convert_v1` rewrites them."""
+        return self._scan(self._LEGACY_NAME)
 
     def latest(self) -> Path | None:
         """The newest checkpoint, or None if the run has none yet."""
@@ -596,8 +661,7 @@ class CheckpointManager:
         path = _save(self.path(step), tree, {**(metadata or {}), "step": step}, _TREE)
         if self.keep is not None:
             for old in self.all()[: -self.keep]:
-                with contextlib.suppress(FileNotFoundError):
-                    old.unlink()
+                old.unlink(missing_ok=True)
         return path
 
     def load_latest(self, template: Any, expect: Mapping[str, Any] | None = None
@@ -606,7 +670,13 @@ class CheckpointManager:
         (with the older ones that remain), not silently skipped."""
         found = self.all()
         if not found:
-            raise CheckpointError(f"no checkpoint in {self.run_dir} (no ckpt_*.npz files)")
+            legacy = self.legacy()
+            if legacy:
+                raise CheckpointError(
+                    f"no format-{FORMAT_VERSION} checkpoint in {self.run_dir}, only format-1 "
+                    f"ones of an older feudal-es ({', '.join(p.name for p in legacy)}); "
+                    f"{_convert_hint(legacy[-1], 'the newest')}")
+            raise CheckpointError(f"no checkpoint in {self.run_dir} (no ckpt_*{SUFFIX} files)")
         try:
             return load(found[-1], template, expect)
         except CheckpointError as e:
@@ -618,6 +688,6 @@ class CheckpointManager:
     def _remove_stale_temps(self) -> None:
         """Drop temp files that a killed writer left behind (this is the only writer)."""
         if self.run_dir.is_dir():
-            for p in self.run_dir.glob(".ckpt_*.npz.tmp-*"):
+            for p in self.run_dir.glob(temp_prefix(f"ckpt_*{SUFFIX}") + "*"):
                 with contextlib.suppress(OSError):
                     p.unlink()

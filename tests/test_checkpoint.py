@@ -1,19 +1,24 @@
-"""Checkpoints: exact round trips, refusals with named causes, damaged and hostile files,
-crash atomicity. Tiny networks and hand-built env states keep XLA compiles out."""
+"""Checkpoints: exact round trips, refusals with named causes, damaged, hostile and
+oversized files (bounded time and memory), crash atomicity, format-1 conversion. Tiny
+networks and hand-built env states keep XLA compiles out."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import io
 import json
 import os
 import pickle
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 import time
 import zipfile
+import zlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,14 +28,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import safetensors
+import safetensors.numpy
 from gymnasium import spaces
 
 from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor, selector_theta
 from envs.coverage import CoverageState
 from feudal_es import checkpoint
+from feudal_es.atomic import atomic_write, atomic_write_text
 from feudal_es.checkpoint import (
+    SUFFIX,
     CheckpointError,
     CheckpointManager,
+    convert_v1,
     load,
     load_selector,
     read_metadata,
@@ -136,9 +146,40 @@ def assert_bit_identical(a, b):
             assert x is y  # non-array leaves (activation functions) come from the template
 
 
+
+def read_st(path: Path) -> tuple[dict, bytes]:
+    """A safetensors file's header (parsed here, independently of feudal_es) and body."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8: 8 + n]), data[8 + n:]
+
+
+def write_st(path: Path, header: dict, body: bytes) -> Path:
+    """A valid safetensors file: 8-byte length, JSON header padded to 8 bytes, body."""
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + body)
+    return path
+
+
+def document(header: dict) -> dict:
+    return json.loads(header["__metadata__"]["feudal_es"])
+
+
+def with_document(header: dict, doc: dict) -> dict:
+    return {**header, "__metadata__": {"feudal_es": json.dumps(doc)}}
+
+
+def document_sha256(doc: dict) -> str:
+    """The documented ``document_sha256``: canonical JSON of the document sans checksums."""
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+                          ).hexdigest()
+
+
 # --------------------------------------------------------------------------- round trip
 def test_round_trip_is_bit_identical(tmp_path, runner):
-    path = save(tmp_path / "ckpt.npz", runner, META)
+    path = save(tmp_path / f"ckpt{SUFFIX}", runner, META)
     template = make_runner(seed=1)  # same structure, other values
     restored, meta = load(path, template, expect={"env_id": META["env_id"]})
     assert_bit_identical(restored, runner)
@@ -162,7 +203,7 @@ def test_restored_state_does_not_retrace(tmp_path, runner):
     step(runner)
     template = make_runner(seed=1)
     template = template._replace(extras={k: template.extras[k] for k in runner.extras})
-    restored, _ = load(save(tmp_path / "ckpt.npz", runner), template)
+    restored, _ = load(save(tmp_path / f"ckpt{SUFFIX}", runner), template)
     step(restored)
     assert len(traces) == 1
 
@@ -172,7 +213,7 @@ def test_abstract_template(tmp_path, runner):
     leaves come back as jax arrays. (eval_shape turns float64 into float32 without x64, so
     such a template refuses a float64 leaf, as it should.)"""
     drop_f64 = lambda r: r._replace(extras={k: v for k, v in r.extras.items() if k != "np_f64"})
-    path = save(tmp_path / "ckpt.npz", drop_f64(runner))
+    path = save(tmp_path / f"ckpt{SUFFIX}", drop_f64(runner))
     abstract = eqx.filter_eval_shape(lambda: drop_f64(make_runner()))
     assert isinstance(abstract.key, jax.ShapeDtypeStruct)
     restored, _ = load(path, abstract)
@@ -181,23 +222,61 @@ def test_abstract_template(tmp_path, runner):
 
 
 def test_file_layout(tmp_path, runner):
-    """One zip of .npy members named by leaf path plus a JSON header; no pickle anywhere."""
-    path = save(tmp_path / "ckpt.npz", runner, META)
-    with zipfile.ZipFile(path) as zf:
-        names = set(zf.namelist())
-    paths = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_flatten_with_path(runner)[0]
-             if eqx.is_array(x) or isinstance(x, (int, float, complex, np.generic))]
-    assert names == {p + ".npy" for p in paths} | {"__feudal_es__.npy"}
-    with np.load(path, allow_pickle=False) as npz:  # plain numpy reads every member
-        header = npz["__feudal_es__"].tobytes().decode()
-        assert np.array_equal(npz[paths[0]], np.asarray(jax.tree.leaves(runner)[0]))
-    assert '"format_version": 1' in header and '"sha256"' in header
+    """One safetensors file: a tensor per stored leaf, named by its path (raw bits for
+    dtypes safetensors cannot name), and the JSON document in ``__metadata__``; plain
+    safetensors reads every tensor."""
+    path = save(tmp_path / f"ckpt{SUFFIX}", runner, META)
+    header, _ = read_st(path)
+    assert set(header["__metadata__"]) == {"feudal_es"}
+    doc = document(header)
+    assert doc["format"] == "feudal-es" and doc["format_version"] == 2 and doc["kind"] == "tree"
+    assert doc["checksum"]["document_sha256"] == document_sha256(doc)
+    assert set(doc["checksum"]) == {"document_sha256", "sha256"}
+    assert doc["metadata"] == json.loads(json.dumps({**META, "seed": 7}))
+    flat = jax.tree_util.tree_flatten_with_path(runner)[0]
+    stored = {jax.tree_util.keystr(p): x for p, x in flat
+              if eqx.is_array(x) or isinstance(x, (int, float, complex, np.generic))}
+    assert set(header) - {"__metadata__"} == set(stored)
+    assert [e["path"] for e in doc["leaves"]] == [jax.tree_util.keystr(p) for p, _ in flat]
+    table = {e["path"]: e for e in doc["leaves"]}
+    expected = {".extras['bf16']": ("U16", [3], "bfloat16"),  # raw bits
+                ".extras['py_complex']": ("U64", [2], "py_complex"),  # complex128 bits
+                ".extras['big_int']": ("I64", [], "py_int"),
+                ".done": ("BOOL", [], "py_bool"),
+                ".key": ("U32", [2], "key<fry>"),  # key data
+                ".keys": ("U32", [4, 2], "key<fry>")}
+    for name, (code, shape, dtype) in expected.items():
+        assert (header[name]["dtype"], header[name]["shape"], table[name]["dtype"]) == (
+            code, shape, dtype)
+    assert table[".key"]["key_impl"] == "threefry2x32" and table[".extras['lr']"]["weak_type"]
+    with safetensors.safe_open(path, framework="numpy") as f:
+        assert set(f.keys()) == set(stored)
+        for name in (".extras['mask']", ".extras['u8']", ".extras['nan']", ".round"):
+            assert f.get_tensor(name).tobytes() == np.asarray(stored[name]).tobytes()
+        bits = f.get_tensor(".extras['bf16']")
+    assert bits.tobytes() == np.asarray(runner.extras["bf16"]).tobytes()
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_atomic_write(tmp_path):
+    """The project's one atomic writer: replaces whole files, leaves no temp file on error,
+    lets OSError through unchanged."""
+    path = atomic_write_text(tmp_path / "sub" / "config.json", "{}\n")
+    assert path.read_text() == "{}\n" and path.stat().st_mode & 0o777 == 0o644
+
+    def fail(f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as err:
+        atomic_write(path, fail)
+    assert type(err.value) is OSError and err.value.errno == errno.ENOSPC
+    assert path.read_text() == "{}\n" and os.listdir(path.parent) == ["config.json"]
 
 
 # ------------------------------------------------------------------------ refusals
 def test_mismatched_architecture_names_leaf_and_shapes(tmp_path, runner):
-    path = save(tmp_path / "ckpt.npz", runner, META)
+    path = save(tmp_path / f"ckpt{SUFFIX}", runner, META)
     wider = make_runner(WIDER)
     # oracle: the first leaf (template order) whose shape differs, found independently
     saved = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(runner)[0]}
@@ -221,13 +300,14 @@ def test_mismatched_architecture_names_leaf_and_shapes(tmp_path, runner):
         load(path, runner, expect={"env_id": "feudal_es/Discovery-v0"})
     with pytest.raises(CheckpointError, match="mode: checkpoint has '<absent>'"):
         load(path, runner, expect={"mode": "merl"})
+    flag = save(tmp_path / f"flag{SUFFIX}", {}, {"done": 1, "lr": 1})
     with pytest.raises(CheckpointError, match="done: checkpoint has 1, expected True"):
-        load(save(tmp_path / "flag.npz", {}, {"done": 1, "lr": 1}), {}, expect={"done": True})
-    load(tmp_path / "flag.npz", {}, expect={"lr": 1.0, "done": 1})  # numbers compare by value
+        load(flag, {}, expect={"done": True})
+    load(flag, {}, expect={"lr": 1.0, "done": 1})  # numbers compare by value
 
 
 def test_missing_and_extra_leaves_are_counted(tmp_path):
-    path = save(tmp_path / "ckpt.npz", {"a": jnp.zeros(2), "b": 1, "c": jnp.ones((2, 2))})
+    path = save(tmp_path / f"ckpt{SUFFIX}", {"a": jnp.zeros(2), "b": 1, "c": jnp.ones((2, 2))})
     with pytest.raises(CheckpointError, match=r"leaf \['d'\]: template expects float32\[3\], "
                                               r"checkpoint has <absent>.*1 template leaves are "
                                               r"missing .* 2 checkpoint leaves are extra"):
@@ -237,33 +317,59 @@ def test_missing_and_extra_leaves_are_counted(tmp_path):
         load(path, {"a": jnp.zeros(2), "b": jnp.zeros(()), "c": jnp.ones((2, 2))})
 
 
+def test_refusals_come_before_any_tensor_is_read(tmp_path, runner, monkeypatch):
+    """Header, kind, expect, template and selector size are all checked on the header."""
+    path = save(tmp_path / f"ckpt{SUFFIX}", runner, META)
+    sel = save_selector(tmp_path / f"sel{SUFFIX}", jnp.zeros(5))
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a tensor was read")
+
+    monkeypatch.setattr(checkpoint.safetensors, "safe_open", no_reading)
+    assert read_metadata(path)["env_id"] == META["env_id"]
+    for refused in (lambda: load(path, make_runner(WIDER)),
+                    lambda: load(path, runner, expect={"env_id": "other"}),
+                    lambda: load(sel, {"theta": jnp.zeros(5)}),
+                    lambda: load_selector(path),
+                    lambda: load_selector(sel, expected_size=6)):
+        with pytest.raises(CheckpointError):
+            refused()
+
+
 def test_format_version_mismatch_names_both(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 2)
-    path = save(tmp_path / "future.npz", {"a": jnp.zeros(2)})
+    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 3)
+    path = save(tmp_path / f"future{SUFFIX}", {"a": jnp.zeros(2)})
     monkeypatch.undo()
-    with pytest.raises(CheckpointError, match="format version 2; this feudal-es reads format "
-                                              "version 1"):
+    with pytest.raises(CheckpointError, match="format version 3; this feudal-es reads format "
+                                              "version 2"):
         load(path, {"a": jnp.zeros(2)})
 
 
 def test_not_a_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match=r"no checkpoint at .* does not exist"):
-        load(tmp_path / "nope.npz", {})
+        load(tmp_path / f"nope{SUFFIX}", {})
     (tmp_path / "cfg.json").write_text("{}")
     with pytest.raises(CheckpointError, match="not a feudal-es checkpoint"):
         load(tmp_path / "cfg.json", {})
+    (tmp_path / "cfg2.json").write_text('{"a": [1, 2, 3], "b": "c"}')
+    with pytest.raises(CheckpointError, match="not a feudal-es checkpoint"):
+        read_metadata(tmp_path / "cfg2.json")
     np.savez(tmp_path / "plain.npz", a=np.zeros(2))  # a numpy archive, but not ours
     with pytest.raises(CheckpointError, match="not a feudal-es checkpoint"):
         load(tmp_path / "plain.npz", {"a": jnp.zeros(2)})
-    (tmp_path / "empty.npz").write_bytes(b"")
+    plain = tmp_path / f"plain{SUFFIX}"  # a safetensors file, but not ours
+    safetensors.numpy.save_file({"['a']": np.zeros(2, np.float32)}, plain, {"format": "pt"})
+    with pytest.raises(CheckpointError, match="not a feudal-es checkpoint"):
+        load(plain, {"a": jnp.zeros(2)})
+    (tmp_path / f"empty{SUFFIX}").write_bytes(b"")
     with pytest.raises(CheckpointError, match="empty"):
-        load(tmp_path / "empty.npz", {})
+        load(tmp_path / f"empty{SUFFIX}", {})
 
 
 # -------------------------------------------------------------------- damaged files
-@pytest.mark.parametrize("keep", [0.0, 0.1, 0.5, 0.9, 0.999])
+@pytest.mark.parametrize("keep", [0.0, 0.001, 0.1, 0.5, 0.9, 0.999])
 def test_truncated_file(tmp_path, runner, keep):
-    path = save(tmp_path / "ckpt.npz", runner)
+    path = save(tmp_path / f"ckpt{SUFFIX}", runner)
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(CheckpointError, match=r"truncated|corrupted|empty"):
@@ -272,52 +378,73 @@ def test_truncated_file(tmp_path, runner, keep):
 
 def test_flipped_array_byte_is_detected(tmp_path):
     tree = {"w": jnp.arange(1000, dtype=jnp.float32)}
-    path = save(tmp_path / "ckpt.npz", tree)
+    path = save(tmp_path / f"ckpt{SUFFIX}", tree)
     data = bytearray(path.read_bytes())
     at = data.index(np.arange(1000, dtype=np.float32).tobytes()) + 2001
     data[at] ^= 0x10
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="corrupted"):
-        load(path, tree)
-
-
-def test_sha256_catches_what_zip_crc_does_not(tmp_path):
-    """Rewrite an array member with valid zip CRCs: only the header's sha256 can tell."""
-    tree = {"w": jnp.arange(8, dtype=jnp.float32)}
-    path = save(tmp_path / "ckpt.npz", tree)
-    with zipfile.ZipFile(path) as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.arange(8, dtype=np.float32) + 1)
-    members["['w'].npy"] = buf.getvalue()
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, b in members.items():
-            zf.writestr(n, b)
     with pytest.raises(CheckpointError, match="corrupted: sha256"):
         load(path, tree)
 
 
+def test_sha256_catches_a_valid_safetensors_rewrite(tmp_path):
+    """Other values in a well-formed safetensors file (safetensors reads it happily): only
+    the document's sha256 can tell."""
+    tree = {"w": jnp.arange(8, dtype=jnp.float32)}
+    path = save(tmp_path / f"ckpt{SUFFIX}", tree)
+    header, body = read_st(path)
+    write_st(path, header, (np.arange(8, dtype=np.float32) + 1).tobytes())
+    assert len(body) == 32
+    assert safetensors.numpy.load_file(path)["['w']"][0] == 1.0
+    with pytest.raises(CheckpointError, match="corrupted: sha256 of its metadata and arrays"):
+        load(path, tree)
+
+
+def test_rewritten_metadata_is_reported_as_corrupted(tmp_path):
+    """Edit the stored config (here: the env id, to name a callable) and re-encode a valid
+    safetensors header: every loader, read_metadata included, reports the file corrupted,
+    so nothing is built from the edited config."""
+    run = CheckpointManager(tmp_path / "run")
+    ckpt = run.save(1, {"w": jnp.ones(3)}, META)
+    sel = save_selector(tmp_path / f"sel{SUFFIX}", jnp.ones(3), META)
+    for path in (ckpt, sel):
+        header, body = read_st(path)
+        doc = document(header)
+        doc["metadata"]["env_id"] = "subprocess:getoutput"
+        write_st(path, with_document(header, doc), body)
+        with safetensors.safe_open(path, framework="numpy") as f:  # a valid file
+            assert "subprocess:getoutput" in f.metadata()["feudal_es"]
+    for refused in (lambda: load(ckpt, {"w": jnp.ones(3)}), lambda: read_metadata(ckpt),
+                    lambda: read_metadata(sel), lambda: load_selector(sel),
+                    lambda: run.load_latest({"w": jnp.ones(3)})):
+        with pytest.raises(CheckpointError, match="corrupted: sha256 of its metadata document "
+                                                  r".*\(damaged or edited\)"):
+            refused()
+    # document_sha256 recomputed too: the header check passes, the full sha256 does not
+    header, body = read_st(ckpt)
+    doc = document(header)
+    doc["checksum"]["document_sha256"] = document_sha256(doc)
+    write_st(ckpt, with_document(header, doc), body)
+    assert read_metadata(ckpt)["env_id"] == "subprocess:getoutput"  # header only: see docs
+    with pytest.raises(CheckpointError, match="corrupted: sha256 of its metadata and arrays"):
+        load(ckpt, {"w": jnp.ones(3)})
+
+
 def test_every_flipped_byte_is_refused_or_harmless(tmp_path):
-    """Flip each byte of a small checkpoint: the load raises CheckpointError or returns the
-    exact saved tree (a flip in e.g. a zip timestamp changes nothing) — never a numpy or
-    zipfile traceback, never silently different values."""
+    """Flip each byte of a small checkpoint: the load raises CheckpointError, never a
+    library traceback, never silently different values. In this format no flip is
+    harmless: the length field is checked against the file, a flipped header byte (the
+    padding's spaces included) is invalid UTF-8, and the data is under the sha256."""
     tree = {"w": jnp.arange(6, dtype=jnp.float32), "k": jax.random.key(1), "n": 3}
-    path = save(tmp_path / "ckpt.npz", tree, {"seed": 1})
+    path = save(tmp_path / f"ckpt{SUFFIX}", tree, {"seed": 1})
     data = path.read_bytes()
-    bad = tmp_path / "bad.npz"
-    refused, positions = 0, range(0, len(data), 7)  # every byte: same verdict, 7x slower
-    for i in positions:
+    bad = tmp_path / f"bad{SUFFIX}"
+    for i in range(len(data)):
         flipped = bytearray(data)
         flipped[i] ^= 0xFF
         bad.write_bytes(bytes(flipped))
-        try:
-            out, meta = load(bad, tree)
-        except CheckpointError:
-            refused += 1
-            continue
-        assert_bit_identical(out, tree)
-        assert meta == {"seed": 1}
-    assert refused > 0.5 * len(positions)  # most bytes matter (about 83% with stride 1)
+        with pytest.raises(CheckpointError):
+            load(bad, tree)
 
 
 # -------------------------------------------------------------------- hostile files
@@ -337,63 +464,367 @@ def _object_array(marker) -> np.ndarray:
     return arr
 
 
+def npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr, allow_pickle=True)
+    return buf.getvalue()
+
+
+def write_v1(path: Path, leaves: dict, metadata: dict | None = None, kind: str = "tree",
+             swap: dict | None = None) -> Path:
+    """A format-1 file as older feudal-es wrote it: a stored zip of ``.npy`` members, one
+    per leaf (``leaves``: path -> (stored array or None, leaf-table entry)), plus the
+    JSON member ``__feudal_es__.npy`` with the sha256 of the arrays. ``swap`` replaces
+    member bytes after the checksum is taken (hostile files)."""
+    table, members, h = [], {}, hashlib.sha256()
+    for p, (arr, entry) in leaves.items():
+        table.append({"path": p, **entry})
+        if arr is not None:
+            members[f"{p}.npy"] = npy(arr)
+            h.update(json.dumps([f"{p}.npy", arr.dtype.str, list(arr.shape)]).encode())
+            h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    header = {"format": "feudal-es", "format_version": 1, "kind": kind,
+              "created": "2026-01-30T02:15:00+00:00", "jax_version": "0.4.38",
+              "checksum": {"sha256": h.hexdigest()}, "leaves": table, "metadata": metadata or {}}
+    members = {"__feudal_es__.npy": npy(np.frombuffer(json.dumps(header).encode(), np.uint8)),
+               **members, **(swap or {})}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+V1_W = {"['w']": (np.zeros(3, np.float32), {"dtype": "float32", "shape": [3],
+                                            "weak_type": False})}
+
+
 def test_crafted_files_do_not_execute_code(tmp_path):
+    """Pickled payloads in every place a reader might look: loaders and the format-1
+    converter refuse them, and never run them."""
     marker = tmp_path / "pwned"
-    good = save(tmp_path / "good.npz", {"w": jnp.zeros(3)})
-    with zipfile.ZipFile(good) as zf:
-        header = zf.read("__feudal_es__.npy")
-
-    def npy(arr) -> bytes:
-        buf = io.BytesIO()
-        np.lib.format.write_array(buf, arr, allow_pickle=True)
-        return buf.getvalue()
-
-    crafted = {
-        "leaf": {"__feudal_es__.npy": header, "['w'].npy": npy(_object_array(marker))},
-        "header": {"__feudal_es__.npy": npy(_object_array(marker))},
+    crafted = {  # format 1 with a pickled leaf (header and checksum kept) / header
+        "leaf.npz": write_v1(tmp_path / "leaf.npz", V1_W,
+                             swap={"['w'].npy": npy(_object_array(marker))}),
+        "header.npz": write_v1(tmp_path / "header.npz", V1_W,
+                               swap={"__feudal_es__.npy": npy(_object_array(marker))}),
     }
-    for name, members in crafted.items():
-        path = tmp_path / f"{name}.npz"
-        with zipfile.ZipFile(path, "w") as zf:
-            for n, b in members.items():
-                zf.writestr(n, b)
-        for attempt in (lambda p: load(p, {"w": jnp.zeros(3)}), lambda p: load_selector(p, 3)):
+    good = save(tmp_path / f"good{SUFFIX}", {"w": jnp.zeros(3)})
+    header, body = read_st(good)  # safetensors names no object dtype; try one anyway
+    header["['w']"]["dtype"] = "O"
+    crafted["object_dtype"] = write_st(tmp_path / f"object{SUFFIX}", header, body)
+    (tmp_path / f"raw{SUFFIX}").write_bytes(pickle.dumps(_Payload(marker)))
+    crafted["raw"] = tmp_path / f"raw{SUFFIX}"
+    np.save(tmp_path / "obj.npy", _object_array(marker), allow_pickle=True)
+    crafted["obj.npy"] = tmp_path / "obj.npy"
+    for name, path in crafted.items():
+        for attempt in (lambda p: load(p, {"w": jnp.zeros(3)}), lambda p: load_selector(p, 3),
+                        read_metadata, lambda p: convert_v1(p, tmp_path / f"out{SUFFIX}")):
             with pytest.raises(CheckpointError):
                 attempt(path)
             assert not marker.exists(), (name, "executed code")
-        try:  # reads the header only: refuses the crafted header, ignores the crafted leaf
-            read_metadata(path)
-        except CheckpointError:
-            assert name == "header"
-        assert not marker.exists()
-    (tmp_path / "raw.npz").write_bytes(pickle.dumps(_Payload(marker)))
-    np.save(tmp_path / "obj.npy", _object_array(marker), allow_pickle=True)
-    for path in (tmp_path / "raw.npz", tmp_path / "obj.npy"):
-        with pytest.raises(CheckpointError, match="not a feudal-es checkpoint"):
-            load(path, {"w": jnp.zeros(3)})
-        assert not marker.exists()
+    assert not (tmp_path / f"out{SUFFIX}").exists()
+    with pytest.raises(CheckpointError, match=r"holds object, not numbers \(pickled objects"):
+        convert_v1(crafted["leaf.npz"], tmp_path / f"out{SUFFIX}")
+    with pytest.raises(CheckpointError, match="not a feudal-es checkpoint"):
+        load(crafted["raw"], {})
     # the payload is live: an unsafe reader would have run it
-    with np.load(tmp_path / "leaf.npz", allow_pickle=True) as npz:
+    with np.load(crafted["leaf.npz"], allow_pickle=True) as npz:
         npz["['w']"]
     assert marker.exists()
 
 
+# ----------------------------------------------------------- oversized ("bomb") files
+_ZEROS = 64 * 2**20  # bytes per repeated deflate chunk
+BOMB_BYTES = 24 * _ZEROS  # 1.5 GiB once inflated
+
+
+def deflated_zeros(head: bytes, zeros: int) -> tuple[bytes, int]:
+    """Raw deflate stream and CRC-32 of ``head`` + ``zeros`` zero bytes (a multiple of 64
+    MiB), built without compressing them all: after a full flush the compressor's state
+    is reset, so each 64 MiB chunk compresses to the same bytes, computed once."""
+    chunk = bytes(_ZEROS)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    start = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(chunk) + c.flush(zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(head)
+    for _ in range(zeros // _ZEROS):
+        crc = zlib.crc32(chunk, crc)
+    return start + block * (zeros // _ZEROS) + c.flush(), crc
+
+
+def write_zip(path: Path, members: dict[str, tuple[bytes, int, int, int]]) -> Path:
+    """A zip written byte by byte: name -> (data as stored, method, crc32, size)."""
+    local, central = bytearray(), bytearray()
+    for name, (data, method, crc, size) in members.items():
+        n = name.encode()
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21,
+                               crc, len(data), size, len(n), 0, 0, 0, 0, 0, len(local)) + n
+        local += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc,
+                             len(data), size, len(n), 0) + n + data
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(central),
+                      len(local), 0)
+    path.write_bytes(bytes(local + central + end))
+    return path
+
+
+def stored(data: bytes) -> tuple[bytes, int, int, int]:
+    return data, zipfile.ZIP_STORED, zlib.crc32(data), len(data)
+
+
+def npy_header(descr: str, shape: tuple) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False,
+                                               "shape": shape})
+    return buf.getvalue()
+
+
+def make_bombs(d: Path) -> dict[str, tuple[Path, str]]:
+    """Hostile files, each -> (path, what the refusal must say)."""
+    n = BOMB_BYTES // 4
+    w = {"dtype": "float32", "shape": [n], "weak_type": False}
+    v1_header = {"format": "feudal-es", "format_version": 1, "kind": "tree", "checksum": {},
+                 "leaves": [{"path": "['w']", **w}], "metadata": {}}
+    blob = json.dumps(v1_header).encode()
+    head = stored(npy_header("|u1", (len(blob),)) + blob)
+    leaf = deflated_zeros(npy_header("<f4", (n,)), BOMB_BYTES)
+    big_header = deflated_zeros(npy_header("|u1", (BOMB_BYTES,)), BOMB_BYTES)
+    bombs = {
+        # (a) format 1, one deflated member inflating to 1.5 GiB: a leaf / the JSON header
+        "npz_leaf": (write_zip(d / "npz_leaf.npz", {
+            "__feudal_es__.npy": head,
+            "['w'].npy": (leaf[0], zipfile.ZIP_DEFLATED, leaf[1], len(npy_header("<f4", (n,)))
+                          + BOMB_BYTES)}), "format-1"),
+        "npz_header": (write_zip(d / "npz_header.npz", {
+            "__feudal_es__.npy": (big_header[0], zipfile.ZIP_DEFLATED, big_header[1],
+                                  len(npy_header("|u1", (BOMB_BYTES,))) + BOMB_BYTES)}),
+                       "format-1"),
+        # format 1, stored, but a .npy header declaring 2**40 floats over 16 bytes
+        "npz_lying": (write_zip(d / "npz_lying.npz", {
+            "__feudal_es__.npy": head,
+            "['w'].npy": stored(npy_header("<f4", (2**40,)) + bytes(16))}), "format-1"),
+    }
+    # (b) safetensors declaring 2**40 floats (4 TiB) over a 16-byte body; the document is
+    # consistent with it and its document_sha256 valid
+    doc = {"format": "feudal-es", "format_version": 2, "kind": "tree", "leaves": [
+        {"path": "['w']", "dtype": "float32", "shape": [2**40], "weak_type": False}],
+        "metadata": {}}
+    doc["checksum"] = {"document_sha256": document_sha256(doc), "sha256": "0" * 64}
+    for name, offsets, cause in (("huge_span", [0, 2**42], "do not tile"),
+                                 ("huge_shape", [0, 16], "declares F32")):
+        header = with_document({"['w']": {"dtype": "F32", "shape": [2**40],
+                                          "data_offsets": offsets}}, doc)
+        bombs[name] = (write_st(d / f"{name}{SUFFIX}", header, bytes(16)), cause)
+    # (c) a header length field claiming 2**60 bytes, 1 GiB, 32 MiB (under the cap)
+    for name, claim, cause in (("len_2_60", 2**60, "header claims"),
+                               ("len_1gib", 2**30, "header claims"),
+                               ("len_32mib", 2**25, "truncated")):
+        path = d / f"{name}{SUFFIX}"
+        path.write_bytes(claim.to_bytes(8, "little") + b'{"__metadata__": {}}' + bytes(100))
+        bombs[name] = (path, cause)
+    return bombs
+
+
+_BOMB_RUNNER = textwrap.dedent(r"""
+    import contextlib, io, json, re, shutil, sys, time
+    from pathlib import Path
+    import jax.numpy as jnp
+    from feudal_es import checkpoint, cli
+    from feudal_es.checkpoint import CheckpointError, CheckpointManager
+    from feudal_es.trainer import ESTrainer
+
+    work, bombs = Path(sys.argv[1]), json.loads(sys.argv[2])
+    template = {"w": jnp.zeros(3)}
+
+    def command(*argv):  # feudal-es ARGV in this process; its error line as CheckpointError
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = cli.main(list(argv))
+        if code != 0:
+            raise CheckpointError(err.getvalue())
+
+    def loaders(path, run):
+        out = work / "converted.safetensors"
+        return {"load": lambda: checkpoint.load(path, template),
+                "read_metadata": lambda: checkpoint.read_metadata(path),
+                "load_selector": lambda: checkpoint.load_selector(path),
+                "load_latest": lambda: CheckpointManager(run).load_latest(template),
+                "from_checkpoint": lambda: ESTrainer.from_checkpoint(path),
+                "cli_eval": lambda: command("eval", str(run)),
+                "cli_resume": lambda: command("train", "--resume", str(run), "--no-progress"),
+                "convert_v1": lambda: checkpoint.convert_v1(path, out)}
+
+    # warm-up: each loader once on a good file (lazy imports, first-call allocations)
+    good = CheckpointManager(work / "good").save(1, template)
+    checkpoint.load(good, template), checkpoint.read_metadata(good)
+    CheckpointManager(work / "good").load_latest(template)
+    checkpoint.load_selector(checkpoint.save_selector(work / "sel.safetensors", jnp.zeros(3)))
+    for call in (lambda: ESTrainer.from_checkpoint(good), lambda: command("eval", str(good)),
+                 lambda: command("train", "--resume", str(work / "good"))):
+        try:  # no trainer config in this file: refused after its header was read
+            call()
+        except CheckpointError:
+            pass
+    # extra memory = peak resident size from here on (VmHWM) - resident size now (VmRSS).
+    # The peak is first reset to the resident size (Linux clear_refs), else the warm-up's
+    # peak would hide allocations below it; ru_maxrss cannot be reset (it keeps the peak
+    # of exited threads), so VmHWM is read instead
+    def status(field):
+        with open("/proc/self/status") as f:
+            return int(re.search(field + r":\s+(\d+) kB", f.read()).group(1)) * 1024
+
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base, results = status("VmRSS"), []
+    for name, path in bombs.items():
+        path = Path(path)
+        run = work / ("run_" + name)
+        run.mkdir()
+        shutil.copy(path, run / "ckpt_00000001.safetensors")
+        for loader, call in loaders(path, run).items():
+            if loader == "convert_v1" and path.suffix != ".npz":
+                continue
+            t0 = time.perf_counter()
+            try:
+                call()
+                message = None
+            except CheckpointError as e:
+                message = str(e)
+            results.append([name, loader, time.perf_counter() - t0, message])
+    growth = status("VmHWM") - base
+    control = bytearray(200 * 2**20)  # the probe sees an allocation of this size
+    print(json.dumps({"growth": growth, "control": status("VmHWM") - base,
+                      "results": results}))
+""")
+
+
+@pytest.mark.timeout(120)
+def test_oversized_files_are_refused_in_bounded_time_and_memory(tmp_path):
+    """Files built to make a reader allocate: a format-1 member inflating to 1.5 GiB (as a
+    leaf, as the header), .npy / safetensors headers declaring 2**40 floats over a few
+    bytes, header lengths of 2**60, 1 GiB, 32 MiB. Every loader — the checkpoint module's,
+    ``ESTrainer.from_checkpoint``, ``feudal-es eval`` and ``feudal-es train --resume`` —
+    refuses each in < 5 s, naming the file and the cause, with < 100 MB of extra peak
+    memory (one subprocess)."""
+    bombs = make_bombs(tmp_path)
+    with zipfile.ZipFile(bombs["npz_leaf"][0]) as zf:  # the bomb is real: 1.5 GiB inside
+        assert zf.getinfo("['w'].npy").file_size > BOMB_BYTES
+        with zf.open("['w'].npy") as member:
+            assert member.read(4096)[:6] == b"\x93NUMPY"
+    assert all(path.stat().st_size < 4 * 2**20 for path, _ in bombs.values())
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", _BOMB_RUNNER, str(work),
+         json.dumps({k: str(p) for k, (p, _) in bombs.items()})],
+        capture_output=True, text=True, cwd=REPO, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert len(report["results"]) == 3 * 8 + 5 * 7
+    for name, loader, seconds, message in report["results"]:
+        path, cause = bombs[name]
+        assert message is not None, (name, loader, "accepted")
+        where = (path.name if loader in ("load", "read_metadata", "load_selector",
+                                         "from_checkpoint", "convert_v1")
+                 else "ckpt_00000001.safetensors")
+        assert where in message, (name, loader, message)
+        if loader == "convert_v1":
+            assert "cannot convert" in message and (
+                "compressed" in message if name != "npz_lying"
+                else "declares float32[1099511627776]" in message), message
+        else:
+            assert cause in message, (name, loader, message)
+        assert seconds < 5, (name, loader, seconds)
+    assert report["growth"] < 100 * 2**20, report["growth"]
+    assert report["control"] > 150 * 2**20, report["control"]
+
+
+# --------------------------------------------------------------------- format 1 (.npz)
+def test_format_1_files_are_refused_and_convert(tmp_path):
+    """A format-1 file (as older feudal-es wrote it): every loader refuses it with the
+    convert command; ``feudal-es convert`` and convert_v1 rewrite it
+    as format 2 with the same bits, leaf kinds and metadata."""
+    key = jax.random.key(1)
+    bf16 = np.array([1.5, -2.25], jnp.bfloat16)
+    leaves = {
+        "['w']": (np.arange(3, dtype=np.float32),
+                  {"dtype": "float32", "shape": [3], "weak_type": False}),
+        "['bf']": (bf16.view(np.uint16), {"dtype": "bfloat16", "shape": [2],
+                                          "weak_type": False}),
+        "['k']": (np.asarray(jax.random.key_data(key)),
+                  {"dtype": "key<fry>", "shape": [], "key_impl": "threefry2x32"}),
+        "['lr']": (np.asarray(0.5, np.float32), {"dtype": "float32", "shape": [],
+                                                  "weak_type": True}),
+        "['n']": (np.asarray(2**40, np.int64), {"dtype": "py_int", "shape": []}),
+        "['z']": (np.asarray(1 - 2j, np.complex128), {"dtype": "py_complex", "shape": []}),
+        "['fn']": (None, {"dtype": None, "shape": None, "type": "PjitFunction"}),
+    }
+    run = tmp_path / "run"
+    run.mkdir()
+    old = write_v1(run / "ckpt_00000007.npz", leaves, {"env_id": "feudal_es/Coverage-v0"})
+    sel = write_v1(tmp_path / "best_selector.npz", {"['theta']": (
+        np.arange(4, dtype=np.float32), {"dtype": "float32", "shape": [4],
+                                         "weak_type": False})}, {"round": 3}, kind="selector")
+    template = {"w": jnp.zeros(3), "bf": jnp.zeros(2, jnp.bfloat16), "k": jax.random.key(0),
+                "lr": jnp.asarray(0.0), "n": 0, "z": 0j, "fn": jax.nn.relu}
+    convert = f"feudal-es convert {old} {old.with_suffix(SUFFIX)}"
+    for refused in (lambda: load(old, template), lambda: read_metadata(old),
+                    lambda: load_selector(sel)):
+        with pytest.raises(CheckpointError, match=r"is a format-1 \(\.npz\) file of an older "
+                                                  r"feudal-es.*convert it with: feudal-es convert"):
+            refused()
+    manager = CheckpointManager(run)
+    assert manager.all() == [] and manager.legacy() == [old]
+    with pytest.raises(CheckpointError) as err:
+        manager.load_latest(template)
+    assert "only format-1 ones of an older feudal-es (ckpt_00000007.npz)" in str(err.value)
+    assert str(err.value).endswith(convert)
+    proc = subprocess.run([sys.executable, "-m", "feudal_es.cli", "convert", str(old)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    tree, meta = manager.load_latest(template)
+    assert meta == {"env_id": "feudal_es/Coverage-v0"}
+    expected = {"w": jnp.arange(3, dtype=jnp.float32), "bf": jnp.asarray(bf16), "k": key,
+                "lr": jnp.asarray(0.5), "n": 2**40, "z": 1 - 2j, "fn": jax.nn.relu}
+    assert_bit_identical(tree, expected)
+    theta, meta = load_selector(convert_v1(sel), expected_size=4)
+    assert np.array_equal(theta, np.arange(4)) and meta == {"round": 3}
+    with pytest.raises(CheckpointError, match="exists; not overwriting"):
+        convert_v1(sel)
+    damaged = write_v1(tmp_path / "damaged.npz", leaves, swap={"['w'].npy": npy(
+        np.arange(3, dtype=np.float32) + 1)})
+    with pytest.raises(CheckpointError, match=r"cannot convert .*damaged\.npz: sha256"):
+        convert_v1(damaged)
+    proc = subprocess.run([sys.executable, "-m", "feudal_es.cli", "convert", str(damaged)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 2 and "cannot convert" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 # --------------------------------------------------------------- atomicity, manager
-def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, runner, monkeypatch):
+@pytest.mark.parametrize("failure", [RuntimeError("simulated crash"),
+                                     OSError(errno.ENOSPC, "No space left on device")])
+def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, runner, monkeypatch, failure):
+    """A write failing half-way (an exception, a full disk) leaves the previous checkpoint
+    intact and no temp file; the OSError reaches the caller unchanged."""
     manager = CheckpointManager(tmp_path / "run", keep=3)
     first = manager.save(1, runner, META)
-    real = checkpoint._write_payload
 
-    def crash_halfway(f, items):
-        buf = io.BytesIO()
-        real(buf, items)
-        f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
-        raise RuntimeError("simulated crash")
+    real = checkpoint.atomic_write
 
-    monkeypatch.setattr(checkpoint, "_write_payload", crash_halfway)
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    def fail_halfway(path, write):
+        def half(f):
+            buf = io.BytesIO()
+            write(buf)
+            f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+            raise failure
+
+        return real(path, half)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", fail_halfway)
+    with pytest.raises(type(failure)) as err:
         manager.save(2, make_runner(seed=3), META)
-    with pytest.raises(RuntimeError, match="simulated crash"):  # over an existing file too
+    assert err.value is failure
+    with pytest.raises(type(failure)):  # over an existing file too
         manager.save(1, make_runner(seed=3), META)
     monkeypatch.undo()
     assert manager.all() == [first] and manager.latest() == first
@@ -402,12 +833,12 @@ def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, runner, monkeypatch
     assert_bit_identical(restored, runner)
     assert meta["step"] == 1 and meta["env_id"] == META["env_id"]
     # what a SIGKILL leaves (a temp file) is never listed, and the next save clears it
-    stray = manager.run_dir / ".ckpt_00000002.npz.tmp-abc123"
+    stray = manager.run_dir / f".ckpt_00000002{SUFFIX}.tmp-abc123"
     stray.write_bytes(first.read_bytes()[:100])
     assert manager.all() == [first]
     manager.save(2, runner)
     assert not stray.exists() and [p.name for p in manager.all()] == [
-        "ckpt_00000001.npz", "ckpt_00000002.npz"]
+        f"ckpt_00000001{SUFFIX}", f"ckpt_00000002{SUFFIX}"]
 
 
 def test_keep_prunes_oldest_and_sorts_by_step(tmp_path):
@@ -417,7 +848,7 @@ def test_keep_prunes_oldest_and_sorts_by_step(tmp_path):
         manager.load_latest({})
     for step in (5, 1, 100, 7, 10**9):
         manager.save(step, {"step": jnp.asarray(step)})
-    assert [int(p.stem.split("_")[1]) for p in manager.all()] == [7, 100, 10**9]
+    assert [int(p.name[5:-len(SUFFIX)]) for p in manager.all()] == [7, 100, 10**9]
     assert manager.latest() == manager.path(10**9)
     tree, meta = manager.load_latest({"step": jnp.asarray(0)})
     assert int(tree["step"]) == 10**9 and meta == {"step": 10**9}
@@ -435,7 +866,7 @@ def test_damaged_latest_is_reported_with_older_ones(tmp_path):
     manager.save(2, {"a": jnp.ones(2)})
     manager.path(2).write_bytes(manager.path(2).read_bytes()[:50])
     with pytest.raises(CheckpointError, match=r"truncated.*older checkpoints in this run: "
-                                              r"ckpt_00000001\.npz"):
+                                              r"ckpt_00000001\.safetensors"):
         manager.load_latest({"a": jnp.zeros(2)})
     assert np.array_equal(load(manager.path(1), {"a": jnp.zeros(2)})[0]["a"], np.zeros(2))
 
@@ -446,17 +877,19 @@ _WRITER = textwrap.dedent("""
     from feudal_es import checkpoint
     stall = sys.argv[2] == "stall"
     if stall:  # from the 3rd save on: write half the bytes, say so, and hang there
-        real = checkpoint._write_payload
-        def half_then_hang(f, items):
+        real = checkpoint.atomic_write
+        def half_then_hang(path, write):
             if int(sys.argv[3]) > 0:
-                return real(f, items)
-            buf = io.BytesIO()
-            real(buf, items)
-            f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
-            f.flush()
-            print("mid-write", flush=True)
-            time.sleep(60)  # the parent kills it long before
-        checkpoint._write_payload = half_then_hang
+                return real(path, write)
+            def half(f):
+                buf = io.BytesIO()
+                write(buf)
+                f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+                f.flush()
+                print("mid-write", flush=True)
+                time.sleep(60)  # the parent kills it long before
+            return real(path, half)
+        checkpoint.atomic_write = half_then_hang
     manager = checkpoint.CheckpointManager(sys.argv[1], keep=2)
     big = np.zeros(2_000_000, np.float32)
     for step in range(10_000):
@@ -499,10 +932,10 @@ def test_sigkill_mid_write_leaves_previous_checkpoints(tmp_path):
     """A real SIGKILL with half a checkpoint on disk: the two complete ones are listed and
     load; the partial file is a temp file nobody lists."""
     _kill_writer(tmp_path, "stall")
-    assert [p.name for p in _check_run_dir(tmp_path)] == ["ckpt_00000000.npz",
-                                                          "ckpt_00000001.npz"]
+    assert [p.name for p in _check_run_dir(tmp_path)] == [f"ckpt_00000000{SUFFIX}",
+                                                          f"ckpt_00000001{SUFFIX}"]
     stray = [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
-    assert len(stray) == 1 and stray[0].startswith(".ckpt_00000002.npz.tmp-")
+    assert len(stray) == 1 and stray[0].startswith(f".ckpt_00000002{SUFFIX}.tmp-")
 
 
 @pytest.mark.slow
@@ -517,7 +950,8 @@ def test_sigkill_at_random_moments(tmp_path, trial):
 # ----------------------------------------------------------------------- selectors
 def test_selector_round_trip_and_wrong_length(tmp_path, runner):
     theta = selector_theta(runner.actor)
-    path = save_selector(tmp_path / "best_selector.npz", theta, {"fitness": 0.75, "round": 3})
+    path = save_selector(tmp_path / f"best_selector{SUFFIX}", theta, {"fitness": 0.75,
+                                                                      "round": 3})
     loaded, meta = load_selector(path, expected_size=theta.shape[0])
     assert loaded.dtype == theta.dtype
     assert np.asarray(loaded).tobytes() == np.asarray(theta).tobytes()
@@ -528,15 +962,20 @@ def test_selector_round_trip_and_wrong_length(tmp_path, runner):
     with pytest.raises(CheckpointError, match="use load_selector"):
         load(path, {"theta": theta})
     with pytest.raises(CheckpointError, match="not a selector file"):
-        load_selector(save(tmp_path / "ckpt.npz", {"theta": theta}))
+        load_selector(save(tmp_path / f"ckpt{SUFFIX}", {"theta": theta}))
     with pytest.raises(ValueError, match="1-D"):
-        save_selector(tmp_path / "bad.npz", jnp.zeros((2, 2)))
+        save_selector(tmp_path / f"bad{SUFFIX}", jnp.zeros((2, 2)))
+    bf16 = jnp.arange(5, dtype=jnp.bfloat16)  # raw bits on disk, bfloat16 back
+    loaded, _ = load_selector(save_selector(tmp_path / f"bf16{SUFFIX}", bf16))
+    assert loaded.dtype == jnp.bfloat16 and np.array_equal(loaded, bf16)
 
 
 def test_unserialisable_metadata_is_refused_before_writing(tmp_path):
     with pytest.raises(TypeError, match=r"metadata\['fn'\] cannot be stored as JSON"):
-        save(tmp_path / "ckpt.npz", {}, {"fn": print})
+        save(tmp_path / f"ckpt{SUFFIX}", {}, {"fn": print})
     assert not list(tmp_path.iterdir())
     with pytest.raises(ValueError, match=r"leaf \['n'\]: Python int 2\*\*70|does not fit"):
-        save(tmp_path / "ckpt.npz", {"n": 2**70})
+        save(tmp_path / f"ckpt{SUFFIX}", {"n": 2**70})
+    with pytest.raises(ValueError, match=r"leaf \"\['s'\]\": dtype <U3 is not numeric"):
+        save(tmp_path / f"ckpt{SUFFIX}", {"s": np.array(["abc"])})
     assert not list(tmp_path.iterdir())
