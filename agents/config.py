@@ -9,30 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
-
-def _check_int(cls: str, name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{cls}.{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{cls}.{name} must be >= {minimum}, got {value}")
-
-
-def _check_ints(cls: str, name: str, value: Any, minimum: int, allow_empty: bool) -> None:
-    if not isinstance(value, tuple):
-        raise TypeError(f"{cls}.{name} must be a tuple of ints, got {type(value).__name__}")
-    if not value and not allow_empty:
-        raise ValueError(f"{cls}.{name} must not be empty")
-    for i, v in enumerate(value):
-        _check_int(cls, f"{name}[{i}]", v, minimum)
-
-
-def _check_float(cls: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{cls}.{name} must be a number, got {type(value).__name__} ({value!r})")
-    if not np.isfinite(value):
-        raise ValueError(f"{cls}.{name} must be finite, got {value}")
+from envs.validate import check_bool, check_int, check_ints, check_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,29 +45,28 @@ class ActorConfig:
 
     def __post_init__(self) -> None:
         c = type(self).__name__
-        _check_ints(c, "cnn_channels", self.cnn_channels, 1, allow_empty=False)
-        _check_ints(c, "cnn_strides", self.cnn_strides, 1, allow_empty=False)
+        check_ints(f"{c}.cnn_channels", self.cnn_channels, 1, allow_empty=False)
+        check_ints(f"{c}.cnn_strides", self.cnn_strides, 1, allow_empty=False)
         if len(self.cnn_strides) != len(self.cnn_channels):
             raise ValueError(
                 f"{c}.cnn_strides must have one entry per conv layer "
                 f"({len(self.cnn_channels)}), got {len(self.cnn_strides)}"
             )
-        _check_int(c, "cnn_kernel", self.cnn_kernel, 1)
-        _check_int(c, "cnn_out", self.cnn_out, 1)
-        _check_ints(c, "vec_hidden", self.vec_hidden, 1, allow_empty=True)
-        _check_int(c, "vec_out", self.vec_out, 1)
-        _check_int(c, "gnn_hops", self.gnn_hops, 0)
-        _check_int(c, "gnn_layers", self.gnn_layers, 0)
-        _check_int(c, "gnn_features", self.gnn_features, 1)
-        _check_ints(c, "embed_hidden", self.embed_hidden, 1, allow_empty=True)
-        _check_int(c, "embed_dim", self.embed_dim, 1)
-        _check_ints(c, "selector_hidden", self.selector_hidden, 1, allow_empty=True)
-        _check_int(c, "goal_dim", self.goal_dim, 0)
-        _check_int(c, "skill_embed_dim", self.skill_embed_dim, 0)
-        _check_ints(c, "executor_hidden", self.executor_hidden, 1, allow_empty=True)
-        _check_float(c, "log_std_init", self.log_std_init)
-        if not isinstance(self.squash, bool):
-            raise TypeError(f"{c}.squash must be a bool, got {type(self.squash).__name__}")
+        check_int(f"{c}.cnn_kernel", self.cnn_kernel, 1)
+        check_int(f"{c}.cnn_out", self.cnn_out, 1)
+        check_ints(f"{c}.vec_hidden", self.vec_hidden, 1, allow_empty=True)
+        check_int(f"{c}.vec_out", self.vec_out, 1)
+        check_int(f"{c}.gnn_hops", self.gnn_hops, 0)
+        check_int(f"{c}.gnn_layers", self.gnn_layers, 0)
+        check_int(f"{c}.gnn_features", self.gnn_features, 1)
+        check_ints(f"{c}.embed_hidden", self.embed_hidden, 1, allow_empty=True)
+        check_int(f"{c}.embed_dim", self.embed_dim, 1)
+        check_ints(f"{c}.selector_hidden", self.selector_hidden, 1, allow_empty=True)
+        check_int(f"{c}.goal_dim", self.goal_dim, 0)
+        check_int(f"{c}.skill_embed_dim", self.skill_embed_dim, 0)
+        check_ints(f"{c}.executor_hidden", self.executor_hidden, 1, allow_empty=True)
+        check_number(f"{c}.log_std_init", self.log_std_init)
+        check_bool(f"{c}.squash", self.squash)
 
     @classmethod
     def lpac(cls, **overrides: Any) -> ActorConfig:
@@ -119,6 +95,5 @@ class CriticConfig:
 
     def __post_init__(self) -> None:
         c = type(self).__name__
-        _check_ints(c, "hidden", self.hidden, 1, allow_empty=False)
-        if not isinstance(self.layer_norm, bool):
-            raise TypeError(f"{c}.layer_norm must be a bool, got {type(self.layer_norm).__name__}")
+        check_ints(f"{c}.hidden", self.hidden, 1, allow_empty=False)
+        check_bool(f"{c}.layer_norm", self.layer_norm)

@@ -2,9 +2,10 @@
 population and agent scaling, cold start of ``feudal-es train``.
 
 Each function measures one row family of the table ``python -m bench.all`` writes; run
-alone with ``python -m bench.perf`` (add ``--quick`` for smaller settings). All timings
-are wall-clock seconds, best of a few repeats after a compile call, on whatever JAX
-backend is active.
+alone with ``python -m bench.perf`` (add ``--quick`` for smaller settings, ``--json PATH``
+for the numbers as JSON, see bench/common.py; stdout is the markdown of
+:func:`details_markdown`). All timings are wall-clock seconds, best of a few repeats after
+a compile call, on whatever JAX backend is active.
 
 - :func:`es_generation`: one ES generation on Coverage (8 agents, 100-step episode, one
   episode per member) with the trainer's own jitted ``generation`` (ask + vmapped
@@ -39,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 import feudal_es  # noqa: F401 - one JAX CPU device per core, as the trainer runs
-from bench.envs import cpu_name  # noqa: F401 - bench.all's header names the CPU with it
+from bench.common import Report, add_json_arg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,31 +70,27 @@ def _setup(num_agents: int = 8, max_steps: int = 100, actor: dict | None = None,
     the trainer's (chunked as ``population_chunk`` says), ``chunk`` its config field."""
     from agents import FeudalActor, selector_theta
     from feudal_es import es
-    from feudal_es.trainer import (
-        TrainerConfig,
-        _jax_fns,
-        make_population_rollouts,
-        population_chunk,
-        resolve_env,
-    )
+    from feudal_es.config import TrainerConfig
+    from feudal_es.resolve import resolve_env
+    from feudal_es.rollout import jax_functions, make_population_rollouts, population_chunk
 
     cfg = TrainerConfig(env="feudal_es/Coverage-v0",
                         env_kwargs={"num_agents": num_agents, "max_steps": max_steps},
                         episodes=episodes, es={"pop_size": pop}, actor=actor or {},
                         population_chunk=chunk)
     core = resolve_env(cfg.env, cfg.env_kwargs).core
-    actor_ = FeudalActor.from_env(jax.random.key(0), core, cfg.actor_config)
-    state = es.init(selector_theta(actor_), cfg.es_config)
-    rollouts = make_population_rollouts(core, cfg.mappo_config.selector_period,
+    actor_ = FeudalActor.from_env(jax.random.key(0), core, cfg.actor)
+    state = es.init(selector_theta(actor_), cfg.es)
+    rollouts = make_population_rollouts(core, cfg.mappo.selector_period,
                                         cfg.deterministic_eval, population_chunk(cfg))
-    return cfg, core, actor_, state, rollouts, _jax_fns(cfg, core)
+    return cfg, core, actor_, state, rollouts, jax_functions(cfg, core)
 
 
 def es_generation(actor: dict | None = None, loop_generations: int = 1,
                   repeats: int = 3) -> dict[str, Any]:
     """Batched generation vs reference loop on Coverage, pop 64, 8 agents, 100 steps."""
     from feudal_es import es
-    from feudal_es.trainer import make_population_rollouts, population_chunk
+    from feudal_es.rollout import make_population_rollouts, population_chunk
 
     cfg, core, actor_, state, rollouts, fns = _setup(actor=actor)
     chunk = population_chunk(cfg)
@@ -121,15 +118,15 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
     def loop():
         th = theta
         for k in jax.random.split(key, loop_generations):
-            th, _ = es.es_step(th, eval_fn, cfg.es_config, k)
+            th, _ = es.es_step(th, eval_fn, cfg.es, k)
         return th
 
     loop_t = best_of(loop, 1) / loop_generations
 
-    thetas = jnp.broadcast_to(state.mean, (cfg.es_config.num_candidates, state.mean.size))
+    thetas = jnp.broadcast_to(state.mean, (cfg.es.num_candidates, state.mean.size))
     # FLOPs from the full-width vmap: the chunked rollout nests the episode scan in the
     # chunk loop, and cost analysis counts each loop body once (same work either way)
-    wide = make_population_rollouts(core, cfg.mappo_config.selector_period,
+    wide = make_population_rollouts(core, cfg.mappo.selector_period,
                                     cfg.deterministic_eval)
     compiled = jax.jit(lambda a, t, k: wide(a, t, k)[0]).lower(actor_, thetas, keys).compile()
     flops = _flops(compiled) * core.max_steps
@@ -142,7 +139,7 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
     jax.block_until_ready(fns.fitness(thetas, actor_, keys))
     roll, busy = timed(lambda: jax.block_until_ready(fns.fitness(thetas, actor_, keys)),
                        repeats)
-    return {"chunk": chunk, "vmap_s": vmap_s, "pop": int(cfg.es_config.num_candidates),
+    return {"chunk": chunk, "vmap_s": vmap_s, "pop": int(cfg.es.num_candidates),
             "agents": core.num_agents, "steps": core.max_steps, "batched_s": batched,
             "loop_s": loop_t, "devices": len(jax.devices()),
             "speedup": loop_t / batched, "compile_batched_s": compile_batched,
@@ -178,7 +175,7 @@ def population_scaling(pops=(16, 64, 256), steps: int = 25, actor: dict | None =
     """Seconds per ES generation (Coverage, 8 agents, ``steps``-step episodes) per
     population size, with the trainer's jitted generation at ``population_chunk=chunk``
     (0: the trainer's default, 8 members at a time on CPU; ``-1``: full-width vmap)."""
-    from feudal_es.trainer import population_chunk
+    from feudal_es.rollout import population_chunk
 
     calls, rows = [], []
     for pop in pops:  # compile every size first ...
@@ -261,7 +258,7 @@ def cold_start(timeout: float = 600.0) -> dict[str, float | None]:
 def details_markdown(perf: dict[str, Any]) -> list[str]:
     """The per-measurement details of :func:`main`'s results, as markdown lines."""
     out = ["### ES on Coverage: details (bench/perf.py)", ""]
-    g, mm = perf.get("es_generation"), perf.get("matmul_flops")
+    g, mm = perf.get("es_generation"), perf.get("matmul_flops_per_s")
     if g:
         out += [
             f"- One ES generation, P={g['pop']}, {g['agents']} agents, {g['steps']} steps, "
@@ -330,15 +327,30 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller populations / swarms")
     p.add_argument("--skip-cold-start", action="store_true")
+    add_json_arg(p)
     args = p.parse_args(argv)
-    out: dict[str, Any] = {"es_generation": es_generation(), "matmul_flops": matmul_flops()}
+    report = Report("perf", args, argv)
+    log = lambda msg: print(f"perf: {msg}", file=sys.stderr, flush=True)
+    log("ES generation (batched vs reference loop) and FLOP/s")
+    out: dict[str, Any] = {"es_generation": es_generation(),
+                           "matmul_flops_per_s": matmul_flops()}
+    log("population scaling (the trainer's default population_chunk, then full width)")
     pops = (16, 64) if args.quick else (16, 64, 256)
     out["population_scaling"] = population_scaling(pops)
     out["population_scaling_vmap"] = population_scaling(pops, chunk=-1)
+    log("agent scaling")
     out["agent_scaling"] = agent_scaling((8, 32) if args.quick else (8, 32, 256))
     if not args.skip_cold_start:
+        log("cold start")
         out["cold_start"] = cold_start()
-    print(json.dumps(out, indent=2))
+    print("\n".join(details_markdown(out)))
+    report.write(out, {
+        "busy": "cores busy: process CPU time / wall time",
+        "speedup": "loop_s / batched_s",
+        "chunk": "population members per lax.map batch (population_chunk)",
+        "rollout_flops": "FLOP of one population rollout (XLA cost analysis)",
+        "member_flops": "FLOP of one one-member rollout (XLA cost analysis)",
+        "round_time": "seconds of round 0 as metrics.jsonl reports it"})
     return 0
 
 

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.validate import check_int, check_number
+
 Obs = dict[str, jax.Array]
 
 
@@ -126,20 +128,10 @@ def auto_reset_step(
 
 
 def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    """Validate a constructor argument, naming it in the error (shared by the envs)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    """A constructor's int argument, at least ``minimum`` (``envs.validate.check_int``)."""
+    return check_int(name, value, minimum)
 
 
 def check_positive_float(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    """Validate a real-valued constructor argument, naming it in the error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
-    value = float(value)
-    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {value}")
-    return value
+    """A constructor's finite real argument, ``> 0`` (``>= 0`` with ``allow_zero``)."""
+    return check_number(name, value, low=0.0, low_open=not allow_zero)

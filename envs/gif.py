@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from envs.base import SwarmEnv
+from envs.episode import run_episode, stateless
 from envs.registration import BUNDLED_ENVS, load_env_class
 from envs.render import write_gif
 
@@ -64,26 +65,11 @@ def episode_frames(
     env: SwarmEnv, policy: Policy, key: jax.Array, num_steps: int | None = None
 ) -> list[np.ndarray]:
     """Frames (``uint8 [H, W, 3]``) of one episode: the reset state, then every step's."""
-    num_steps = env.max_steps if num_steps is None else min(num_steps, env.max_steps)
-
-    @jax.jit
-    def run(key):
-        k_reset, k_run = jax.random.split(key)
-        _, state = env.reset(k_reset)
-
-        def body(state, k):
-            k_act, k_step = jax.random.split(k)
-            _, state, _ = env.step(k_step, state, policy(k_act, env, state))
-            return state, state
-
-        _, states = jax.lax.scan(body, state, jax.random.split(k_run, num_steps))
-        return state, states
-
-    first, states = jax.device_get(run(key))
-    frames = [env.render(first)]
-    for t in range(num_steps):
-        frames.append(env.render(jax.tree.map(lambda x, t=t: x[t], states)))
-    return frames
+    run = jax.jit(lambda k: run_episode(k, env, stateless(policy, env), num_steps=num_steps,
+                                        keep_states=True).states)
+    states = jax.device_get(run(key))
+    count = jax.tree.leaves(states)[0].shape[0]
+    return [env.render(jax.tree.map(lambda x, t=t: x[t], states)) for t in range(count)]
 
 
 def write_episode_gif(

@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from envs.base import SwarmEnv, auto_reset_step
+from envs.base import SwarmEnv
 from envs.coverage import Coverage, CoverageState
+from envs.episode import run_episode, stateless
 
 Policy = Callable[[jax.Array, Any, Any], jax.Array]
 
@@ -89,22 +90,14 @@ def lloyd_decentralized(key: jax.Array, env: Coverage, state: CoverageState) -> 
 def rollout(
     env: SwarmEnv, policy: Policy, key: jax.Array, num_steps: int | None = None
 ) -> tuple[Any, Any]:
-    """One episode (``max_steps`` by default) under ``policy``, as a single ``lax.scan``.
+    """One episode (``max_steps`` by default, at most that) under ``policy``, as a single
+    ``lax.scan`` (:func:`envs.episode.run_episode`).
 
     Returns ``(final_state, outs)`` where ``outs`` is the stacked :class:`EnvOut` over
     time. Jittable (``num_steps`` is static) and vmappable over ``key``.
     """
-    num_steps = env.max_steps if num_steps is None else num_steps
-    key_reset, key_run = jax.random.split(key)
-    _, state = env.reset(key_reset)
-
-    def body(state, key):
-        key_act, key_step = jax.random.split(key)
-        actions = policy(key_act, env, state)
-        _, state, out = auto_reset_step(env, key_step, state, actions)
-        return state, out
-
-    return lax.scan(body, state, jax.random.split(key_run, num_steps))
+    episode = run_episode(key, env, stateless(policy, env), num_steps=num_steps)
+    return episode.final_state, episode.outs
 
 
 def rollout_metric(

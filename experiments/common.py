@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from feudal_es.config import COMPACT_ACTOR
+from feudal_es.stats import mean_ci, t_critical
+
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = (0, 1, 2, 3, 4)  # every study's default seeds
 MODES = ("merl", "es", "mappo")
@@ -34,42 +37,9 @@ MODE_LABELS = {"merl": "MERL (ES selector + MAPPO executor)", "es": "ES-only",
                "mappo": "MAPPO-only"}
 HELDOUT_SEED = 123_456  # root of the held-out evaluation episodes (never used in training)
 
-# A compact actor for 2 CPU cores (the same sizes as `feudal-es demo`, feudal_es/cli.py).
-COMPACT_ACTOR: dict[str, Any] = dict(
-    cnn_channels=[8], cnn_strides=[2], cnn_out=16, vec_hidden=[32], vec_out=16, gnn_hops=2,
-    gnn_layers=1, gnn_features=32, embed_hidden=[], embed_dim=32, executor_hidden=[32])
-
-# Two-sided 95% Student-t critical values t_{0.975, df} (exact to 3 decimals).
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-         16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042,
-         40: 2.021, 60: 2.000, 120: 1.980}
-
-
 # ---------------------------------------------------------------------------------------
-# statistics
+# statistics (the 95% t-interval is feudal_es.stats')
 # ---------------------------------------------------------------------------------------
-def t975(df: int) -> float:
-    """Two-sided 95% Student-t critical value (table; between entries the next smaller
-    df is used, which is conservative; 1.96 above 120)."""
-    if df < 1:
-        return math.nan
-    if df > 120:
-        return 1.960
-    return _T975[max(k for k in _T975 if k <= df)]
-
-
-def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """``(mean, half-width)`` of the 95% t-interval of the mean over seeds."""
-    x = np.asarray(values, np.float64)
-    n = x.size
-    if n == 0:
-        return math.nan, math.nan
-    if n == 1:
-        return float(x[0]), math.nan
-    return float(x.mean()), float(t975(n - 1) * x.std(ddof=1) / math.sqrt(n))
-
-
 def curve_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``curves [seeds, points]`` -> per-point ``(mean, 95% t half-width)``."""
     curves = np.asarray(curves, np.float64)
@@ -77,7 +47,7 @@ def curve_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = curves.mean(axis=0)
     if n < 2:
         return mean, np.full_like(mean, np.nan)
-    return mean, t975(n - 1) * curves.std(axis=0, ddof=1) / math.sqrt(n)
+    return mean, t_critical(n - 1) * curves.std(axis=0, ddof=1) / math.sqrt(n)
 
 
 def on_grid(steps: Sequence[float], values: Sequence[float], grid: np.ndarray) -> np.ndarray:
@@ -102,7 +72,7 @@ def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
 # ---------------------------------------------------------------------------------------
 def steps_per_round(config: Any, max_steps: int) -> int:
     """Training env steps one round of ``config`` spends (see the module docstring)."""
-    mcfg, ecfg = config.mappo_config, config.es_config
+    mcfg, ecfg = config.mappo, config.es
     steps = 0
     if config.mode != "es":
         steps += config.grad_steps_per_outer * mcfg.batch_size
@@ -389,6 +359,6 @@ def study_config(env: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
         es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
         mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
                    lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
-        actor=COMPACT_ACTOR,
+        actor=dataclasses.asdict(COMPACT_ACTOR),
         critic=dict(hidden=[64, 64]),
     )

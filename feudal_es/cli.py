@@ -6,6 +6,7 @@ Subcommands:
   envs    list trainable env ids (bundled and PettingZoo-registered)
   render  write an episode GIF of a run or checkpoint
   demo    a CPU-sized training run on a bundled env (what `make demo` runs)
+  convert rewrite a checkpoint of an older feudal-es (.npz) as .safetensors
 
 Every command takes ``--import MODULE`` (repeatable): the module is imported before env
 ids are resolved, so envs it registers with ``pettingzoo.register`` can be named.
@@ -17,6 +18,7 @@ import argparse
 import errno
 import importlib
 import json
+import logging
 import math
 import os
 import sys
@@ -24,38 +26,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-# A compact actor for CPU runs: the default CNN/GNN sizes compile and run slowly on a
-# laptop-class CPU; this one keeps `feudal-es demo` within a couple of minutes.
-DEMO_ACTOR = dict(cnn_channels=[8], cnn_strides=[2], cnn_out=16, vec_hidden=[32], vec_out=16,
-                  gnn_hops=2, gnn_layers=1, gnn_features=32, embed_hidden=[], embed_dim=32,
-                  executor_hidden=[32])
-DEMO_CONFIG: dict[str, Any] = dict(
-    env="feudal_es/Dispersion-v0",
-    env_kwargs=dict(num_agents=4, max_steps=40, map_size=8),
-    mode="merl",
-    n_outer=20,
-    grad_steps_per_outer=4,
-    episodes=4,
-    es=dict(pop_size=16, sigma=0.1, lr=0.05, optimizer="adam"),
-    mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
-               lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
-    actor=DEMO_ACTOR,
-    critic=dict(hidden=[64, 64]),
-    checkpoint_every=5,
-)
-
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042,
-         40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t_critical(df: int) -> float:
-    """Two-sided 95% Student-t critical value (table, rounded down to the nearest df)."""
-    if df < 1:
-        return math.nan
-    best = max(k for k in _T975 if k <= df)
-    return _T975[best] if df <= 120 else 1.960
 
 
 # ---------------------------------------------------------------------------------------
@@ -88,14 +58,15 @@ def _import_modules(names: Sequence[str] | None) -> None:
 
 def _load_trainer(path: str, env: str | None = None):
     """An ESTrainer holding a run's newest checkpoint (a run dir) or one checkpoint file."""
-    from feudal_es.checkpoint import CheckpointManager
+    from feudal_es.checkpoint import SUFFIX, CheckpointManager
     from feudal_es.trainer import ESTrainer
 
     p = Path(path)
     if p.is_dir():
         latest = CheckpointManager(p).latest()
         if latest is None:
-            raise ValueError(f"{p} holds no checkpoint (ckpt_*.npz); is it a run directory?")
+            raise ValueError(f"{p} holds no checkpoint (ckpt_*{SUFFIX}); is it a run "
+                             "directory?")
         p = latest
     elif not p.exists():
         raise ValueError(f"{p} does not exist (expected a run directory or a checkpoint file)")
@@ -109,11 +80,10 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 # ---------------------------------------------------------------------------------------
 # train / demo
 # ---------------------------------------------------------------------------------------
-def _train_config(args: argparse.Namespace, base: dict[str, Any] | None = None):
-    from feudal_es.trainer import TrainerConfig, parse_assignment
+def _train_config(args: argparse.Namespace, base: Any = None):
+    from feudal_es.config import TrainerConfig, parse_assignment
 
-    cfg = TrainerConfig.load(args.config) if args.config else TrainerConfig.from_dict(
-        base or {})
+    cfg = TrainerConfig.load(args.config) if args.config else base or TrainerConfig()
     sets: dict[str, Any] = {}
     if getattr(args, "env", None):
         sets["env"] = args.env
@@ -133,7 +103,7 @@ def _run_training(trainer, progress: bool) -> int:
     cfg = trainer.config
     print(f"feudal-es: training {cfg.env} ({trainer.env.kind} path), mode {cfg.mode}, "
           f"{cfg.n_outer} rounds from round {trainer.round}, "
-          f"population {trainer.es_cfg.num_candidates} x {cfg.episodes} episodes, "
+          f"population {cfg.es.num_candidates} x {cfg.episodes} episodes, "
           f"selector {trainer.selector_size} parameters", flush=True)
     t0 = time.perf_counter()
     try:
@@ -159,17 +129,17 @@ def _run_training(trainer, progress: bool) -> int:
               f"feudal-es train --resume {trainer.run_dir}", file=sys.stderr)
         return 1
     last = trainer.history[-1] if trainer.history else {}
-    paths = trainer.paths
+    rd = trainer.rundir
+    written = lambda p: p if p.exists() else "(not written)"
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
           f"selector fitness {_fmt(last.get('selector_fitness'))} "
           f"(best {_fmt(trainer.best_fitness)}), {last.get('env_steps', 0)} MAPPO env steps")
-    print(f"run dir:        {paths['run_dir']}")
-    print(f"metrics:        {paths['metrics']}")
-    print(f"learning curve: {paths['plot'] if paths['plot'].exists() else '(not written)'}")
-    print(f"best selector:  {paths['best_selector']}")
-    ckpt = sorted(Path(paths["run_dir"]).glob("ckpt_*.npz"))
-    print(f"checkpoint:     {ckpt[-1] if ckpt else '(none)'}")
-    print(f"episode GIF:    {paths['gif'] if paths['gif'].exists() else '(not written)'}")
+    print(f"run dir:        {rd.path}")
+    print(f"metrics:        {rd.metrics}")
+    print(f"learning curve: {written(rd.plot)}")
+    print(f"best selector:  {written(rd.best_selector)}")
+    print(f"checkpoint:     {rd.checkpoints.latest() or '(none)'}")
+    print(f"episode GIF:    {written(rd.gif)}")
     return 0
 
 
@@ -197,12 +167,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from feudal_es.config import demo_config
     from feudal_es.trainer import ESTrainer
 
     args.config = None
-    cfg = _train_config(args, DEMO_CONFIG)
+    cfg = _train_config(args, demo_config())
     print("feudal-es demo: MERL on a bundled swarm env with a compact actor sized for a CPU "
-          "(see DEMO_ACTOR in feudal_es/cli.py); `feudal-es train --help` for the full tool.")
+          "(feudal_es.config.demo_config); `feudal-es train --help` for the full tool.")
     return _run_training(ESTrainer(cfg, args.out), progress=not args.no_progress)
 
 
@@ -216,6 +187,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from agents import selector_theta
     from feudal_es.checkpoint import load_selector
+    from feudal_es.stats import t_critical
 
     trainer, ckpt = _load_trainer(args.run, env=args.env)
     size = trainer.selector_size
@@ -225,7 +197,7 @@ def _eval(args: argparse.Namespace) -> int:
         names.append(str(path))
         thetas.append(jnp.asarray(theta, jnp.float32))
     if not names:  # default: the run's best selector and the checkpoint's current one
-        best = ckpt.parent / "best_selector.npz"
+        best = trainer.rundir.best_selector
         if best.is_file():
             names.append(str(best))
             thetas.append(load_selector(best, expected_size=size)[0])
@@ -305,6 +277,14 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from feudal_es.checkpoint import convert_v1
+
+    out = convert_v1(args.src, args.dst)
+    print(f"converted {args.src} -> {out}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------
 # parser
 # ---------------------------------------------------------------------------------------
@@ -380,18 +360,51 @@ def build_parser() -> argparse.ArgumentParser:
                                       "directory, learning curve and GIF paths.")
     training_args(demo, None)
     demo.set_defaults(func=_demo)
+
+    cv = sub.add_parser("convert", help="rewrite an older (.npz) checkpoint as .safetensors",
+                        description="Rewrite a format-1 .npz checkpoint or selector file of an "
+                                    "older feudal-es in the current format (read with a "
+                                    "guarded reader: stored members only, sizes checked "
+                                    "first, no pickle).")
+    cv.add_argument("src", help="the format-1 .npz file")
+    cv.add_argument("dst", nargs="?", help="where to write (default: SRC as .safetensors)")
+    cv.set_defaults(func=_convert)
     return parser
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _log_to_stderr() -> None:
+    """Library warnings (skipped updates, failed env episodes, signals) on stderr, once."""
+    logger = logging.getLogger("feudal_es")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("feudal-es: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from feudal_es.checkpoint import CheckpointError
 
+    _log_to_stderr()
     try:
         _enable_compile_cache()
-        _import_modules(args.imports)
+        _import_modules(getattr(args, "imports", None))
         return args.func(args)
-    except (ValueError, TypeError, CheckpointError, FloatingPointError, TimeoutError) as err:
+    except (ValueError, TypeError, CheckpointError, FloatingPointError, TimeoutError,
+            FileNotFoundError) as err:
         # configuration / input errors: say which, no traceback
         print(f"feudal-es {args.command}: error: {err}", file=sys.stderr)
         return 2

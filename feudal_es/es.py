@@ -45,17 +45,20 @@ __all__ = [
     "ESConfig",
     "ESState",
     "ask",
+    "ask_jit",
     "centered_rank",
     "es_step",
     "evolve",
     "flatten",
     "generation",
+    "host_generation",
     "init",
     "make_generation",
     "merl_coexist",
     "module_theta",
     "set_module_theta",
     "tell",
+    "tell_jit",
 ]
 
 _KINDS = ("nes", "cem")
@@ -338,12 +341,14 @@ def evolve(
 # the reference API on top of the core
 # ---------------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames="cfg")
-def _ask_jit(key: jax.Array, state: ESState, cfg: ESConfig) -> tuple[jax.Array, jax.Array]:
-    """:func:`ask` with the same key split :func:`generation` uses."""
+def ask_jit(key: jax.Array, state: ESState, cfg: ESConfig) -> tuple[jax.Array, jax.Array]:
+    """Jitted :func:`ask` with the key split :func:`generation` uses (its first half)."""
     return ask(jax.random.split(key)[0], state, cfg)
 
 
-_tell_jit = jax.jit(tell, static_argnames="cfg")
+tell_jit = jax.jit(tell, static_argnames="cfg")
+tell_jit.__doc__ = "Jitted :func:`tell` (``cfg`` static)."
+_ask_jit, _tell_jit = ask_jit, tell_jit  # earlier names
 
 
 def _host_info(info: dict[str, jax.Array]) -> dict[str, Any]:
@@ -356,20 +361,29 @@ def _host_info(info: dict[str, jax.Array]) -> dict[str, Any]:
     }
 
 
-def _step_state(
-    state: ESState, eval_fn: Callable[[jax.Array], float], cfg: ESConfig, key: jax.Array
+def host_generation(
+    key: jax.Array, state: ESState, fitness_fn: Callable[[jax.Array], Any], cfg: ESConfig
 ) -> tuple[ESState, dict[str, Any]]:
-    """One generation with a per-member host ``eval_fn`` (the reference's loop path)."""
-    population, noise = _ask_jit(key, state, cfg)
-    fitness = np.array([float(eval_fn(population[i])) for i in range(population.shape[0])],
-                       dtype=np.float32)
+    """One generation whose fitness is computed outside JAX (the reference's loop path,
+    host envs, Ray): :func:`ask_jit`, ``fitness_fn(population[P, D]) -> [P]``,
+    :func:`tell_jit`. Same candidates and update as :func:`generation` for the same key
+    and fitness. Raises ``FloatingPointError`` (state untouched) if no candidate has a
+    finite fitness. ``info`` holds Python scalars."""
+    population, noise = ask_jit(key, state, cfg)
+    fitness = np.asarray(fitness_fn(population), np.float32).reshape(-1)
     if not np.isfinite(fitness).any():
         raise FloatingPointError(
             f"ES generation: all {fitness.size} candidates returned non-finite fitness "
             f"({fitness[:4].tolist()}...); refusing to update the parameters"
         )
-    new_state, info = _tell_jit(state, noise, jnp.asarray(fitness), cfg)
+    new_state, info = tell_jit(state, noise, jnp.asarray(fitness), cfg)
     return new_state, _host_info(info)
+
+
+def _per_member(eval_fn: Callable[[jax.Array], float]) -> Callable[[jax.Array], np.ndarray]:
+    """A population fitness from the reference's per-member ``eval_fn``."""
+    return lambda population: np.array(
+        [float(eval_fn(population[i])) for i in range(population.shape[0])], np.float32)
 
 
 def es_step(
@@ -390,7 +404,7 @@ def es_step(
     shrunk elite std; for NES the unchanged σ).
     Raises ``FloatingPointError`` if no candidate has a finite fitness.
     """
-    state, info = _step_state(init(theta, es_cfg), eval_fn, es_cfg, key)
+    state, info = host_generation(key, init(theta, es_cfg), _per_member(eval_fn), es_cfg)
     return state.mean, info
 
 
@@ -452,7 +466,7 @@ def merl_coexist(
             gstate = gradient_step_fn(gstate)
         state = state._replace(mean=jnp.asarray(sync_in(gstate, state.mean), jnp.float32))
         if step_batched is None:
-            state, info = _step_state(state, eval_fn, es_cfg, key_round)
+            state, info = host_generation(key_round, state, _per_member(eval_fn), es_cfg)
         else:
             state, dev_info = step_batched(key_round, state)
             info = _host_info(dev_info)

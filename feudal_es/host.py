@@ -1,10 +1,14 @@
-"""Host collection for any PettingZoo ``ParallelEnv``: the MAPPO path for custom envs.
+"""The host path: any PettingZoo ``ParallelEnv`` trained and evaluated from Python.
 
-A Python loop over a few env copies; per step the observations of all copies are stacked
-into one array pytree (agents padded to ``possible_agents`` with an ``alive`` mask, as in
-MAPPO's death masking), sent to the device once, and one jitted call returns every
-copy's actions. The result is the same :class:`feudal_es.mappo.Batch` the pure-JAX path
-builds, so :func:`feudal_es.mappo.update` trains on it unchanged.
+:class:`HostCollector` is MAPPO's collection for custom envs: a Python loop over a few env
+copies; per step the observations of all copies are stacked into one array pytree (agents
+padded to ``possible_agents`` with an ``alive`` mask, as in MAPPO's death masking), sent
+to the device once, and one jitted call (:func:`policy`) returns every copy's actions.
+The result is the same :class:`feudal_es.mappo.Batch` the pure-JAX path builds, so
+:func:`feudal_es.mappo.update` trains on it unchanged. :class:`HostEvaluator` plays the
+team-fitness episodes of an ES population with the same policy and conversions, failing
+only the member whose env misbehaves. Every env output is checked (:func:`check_reset`,
+:func:`check_step`) and env calls can be bounded in time (:func:`deadline`).
 
 What a custom env may provide (all optional; DESIGN.md "Custom environments"):
 ``comm_graph() -> [N, N]`` (else all-to-all among live agents), ``state()`` (else the
@@ -15,10 +19,12 @@ reward for every skill) and ``infos[agent]["team_reward"]`` (else the mean agent
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from feudal_es.mappo import Batch, MAPPOConfig, TrainState, skill_ids
+from feudal_es.mappo import Batch, MAPPOConfig, TrainState, skill_ids, update
 
 
 class HostEnvSpec:
@@ -282,10 +288,78 @@ def _leaf_spaces(space: gym.Space) -> list[gym.Space]:
     return [space]
 
 
-def _zeros_like_space(space: gym.Space) -> Any:
+# ---------------------------------------------------------------------------------------
+# per-step conversions shared by the collector and the evaluator
+# ---------------------------------------------------------------------------------------
+def zeros_like_space(space: gym.Space) -> Any:
+    """A float32 zero observation of ``space`` (what a dead agent's padding row holds)."""
     if isinstance(space, gym.spaces.Dict):
-        return {k: _zeros_like_space(s) for k, s in space.spaces.items()}
+        return {k: zeros_like_space(s) for k, s in space.spaces.items()}
     return np.zeros(space.shape, np.float32)
+
+
+def stack_agents(spec: HostEnvSpec, obs: Mapping[str, Any]) -> tuple[Any, np.ndarray]:
+    """Per-agent observation dict -> ``(pytree with the agent axis first, alive[N])``:
+    agents padded to ``possible_agents`` with zeros, as in MAPPO's death masking."""
+    zero = zeros_like_space(spec.observation_space)
+    rows = [obs.get(a, zero) for a in spec.agents]
+    alive = np.array([a in obs for a in spec.agents], np.float32)
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32) for x in xs]),
+                           *rows)
+    return stacked, alive
+
+
+def adjacency(graph: Callable[[], Any] | None, num_agents: int,
+              alive: np.ndarray) -> np.ndarray:
+    """``[N, N]`` comm graph among live agents: the env's ``comm_graph()`` result when it
+    has one (``graph``), else all-to-all."""
+    adj = (np.asarray(graph(), np.float32) if callable(graph)
+           else 1.0 - np.eye(num_agents, dtype=np.float32))
+    return adj * alive[:, None] * alive[None, :]
+
+
+def env_actions(spec: HostEnvSpec, actions: np.ndarray, live: Sequence[str]) -> dict:
+    """The actor's ``[N, ...]`` actions as the env's per-agent dict, for the live agents."""
+    if isinstance(spec.action_space, gym.spaces.Discrete):
+        return {a: int(actions[spec.agent_index[a]]) for a in live}
+    dtype = spec.action_space.dtype
+    return {a: np.asarray(actions[spec.agent_index[a]], dtype) for a in live}
+
+
+def team_reward(infos: Mapping, rewards: Mapping) -> float:
+    """``infos[agent]["team_reward"]`` of the first agent that reports one, else the mean
+    agent reward (DESIGN.md's default for custom envs)."""
+    for a in rewards:
+        info = infos.get(a) or {}
+        if "team_reward" in info:
+            return float(info["team_reward"])
+    return float(np.mean(list(rewards.values()))) if rewards else 0.0
+
+
+@functools.cache
+def policy(period: int, deterministic: bool) -> Callable:
+    """The one jitted policy of the host path, cached per setting (so a second trainer on
+    the same shapes does not compile it again):
+    ``policy(actor, critic, keys[E], obs[E], adj[E], gstate[E], held[E], t[E]) ->
+    (held, ActOut, value)`` for ``E`` env copies at once; with ``critic=None`` (and
+    ``gstate=None``) the value is ``None`` (evaluation)."""
+
+    @eqx.filter_jit
+    def step(actor, critic, keys, obs, adj, gstate, held, ep_t):
+        new_held, out = jax.vmap(
+            lambda k, o, a, h, t: actor.step(k, o, a, h, t, period, deterministic))(
+                keys, obs, adj, held, ep_t)
+        value = None if critic is None else jax.vmap(critic)(gstate, skill_ids(new_held))
+        return new_held, out, value
+
+    return step
+
+
+def host_update(cfg: MAPPOConfig) -> Callable:
+    """The MAPPO update of the host path: :func:`feudal_es.mappo.update` as the JAX path
+    runs it (its jitted pieces are shared by every trainer; an outer ``jit`` would unroll
+    the epoch/minibatch loops into one program that compiles for tens of seconds)."""
+    return lambda ts, batch: update(ts, batch, cfg)
 
 
 class HostCollector:
@@ -321,7 +395,7 @@ class HostCollector:
         self._ep_return = np.zeros(len(envs), np.float64)
         self._ep_team = np.zeros(len(envs), np.float64)
         self._held: Any = None
-        self._policy = _make_policy(cfg.selector_period, deterministic)
+        self._policy = policy(cfg.selector_period, deterministic)
         self.step_timeout = float(step_timeout)
         for i in range(len(envs)):
             self._obs.append(self._reset(i))
@@ -339,14 +413,9 @@ class HostCollector:
         self._ep_team[i] = 0.0
         return obs
 
-    def _stack_obs(self, obs: dict) -> tuple[Any, np.ndarray]:
-        """Per-agent dict -> padded pytree with the agent axis first, and the alive mask."""
-        zero = _zeros_like_space(self.spec.observation_space)
-        rows = [obs.get(a, zero) for a in self.spec.agents]
-        alive = np.array([a in obs for a in self.spec.agents], np.float32)
-        stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32) for x in xs]),
-                               *rows)
-        return stacked, alive
+    def restart(self, i: int) -> None:
+        """Drop copy ``i``'s episode in progress and reset it (the next seed in turn)."""
+        self._obs[i] = self._reset(i)
 
     def _global_state(self, i: int, stacked_obs: Any) -> np.ndarray:
         if self.spec.has_state:
@@ -355,26 +424,13 @@ class HostCollector:
             stacked_obs, dict) else [stacked_obs]
         return np.concatenate([x.reshape(-1) for x in leaves])
 
-    def _comm_graph(self, i: int, alive: np.ndarray) -> np.ndarray:
-        graph = getattr(self.envs[i], "comm_graph", None)
-        n = self.spec.num_agents
-        if callable(graph):
-            adj = np.asarray(graph(), np.float32)
-        else:
-            adj = 1.0 - np.eye(n, dtype=np.float32)
-        return adj * alive[:, None] * alive[None, :]
-
-    def _env_action(self, a: np.ndarray) -> Any:
-        if isinstance(self.spec.action_space, gym.spaces.Discrete):
-            return int(a)
-        return np.asarray(a, self.spec.action_space.dtype)
-
     def _inputs(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
         """The current step's stacked ``(obs, alive, adj, global_state)`` of all copies."""
-        stacked = [self._stack_obs(o) for o in self._obs]
+        stacked = [stack_agents(self.spec, o) for o in self._obs]
         obs = jax.tree.map(lambda *xs: np.stack(xs), *[s[0] for s in stacked])
         alive = np.stack([s[1] for s in stacked])
-        adj = np.stack([self._comm_graph(i, alive[i]) for i in range(len(self.envs))])
+        adj = np.stack([adjacency(getattr(env, "comm_graph", None), self.spec.num_agents,
+                                  alive[i]) for i, env in enumerate(self.envs)])
         gstate = np.stack([self._global_state(i, s[0]) for i, s in enumerate(stacked)])
         return obs, alive, adj, gstate
 
@@ -396,13 +452,13 @@ class HostCollector:
             obs, alive, adj, gstate = self._inputs()
             key, sub = jax.random.split(key)
             held, out, value = jax.device_get(self._policy(
-                ts.actor, ts.critic, sub, obs, adj, gstate, self._held, self._ep_t))
+                ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._held,
+                self._ep_t))
             reward = np.zeros((e, n), np.float32)
             done = np.zeros((e, n), np.float32)
             for i, env in enumerate(self.envs):
-                live = [a for a in spec.agents if a in self._obs[i]]
-                acts = {a: self._env_action(out.env_action[i, spec.agents.index(a)])
-                        for a in live}
+                acts = env_actions(spec, out.env_action[i],
+                                   [a for a in spec.agents if a in self._obs[i]])
                 live_i = list(env.agents)
                 with deadline(self.step_timeout, f"{type(env).__name__}.step() took longer "
                               f"than {self.step_timeout:g} s (time limit)"):
@@ -417,7 +473,7 @@ class HostCollector:
                         np.asarray(channels).reshape(-1)[skills[j]])
                     done[i, j] = float(term.get(a, False) or trunc.get(a, False))
                 mean_reward = float(np.mean(list(rew.values()))) if rew else 0.0
-                team_r = _team_reward(infos, rew, mean_reward)
+                team_r = team_reward(infos, rew)
                 env_reward_sum += mean_reward
                 team_reward_sum += team_r
                 self._ep_return[i] += mean_reward
@@ -437,7 +493,8 @@ class HostCollector:
         obs, alive, adj, gstate = self._inputs()
         key, sub = jax.random.split(key)
         _, _, last_value = jax.device_get(self._policy(
-            ts.actor, ts.critic, sub, obs, adj, gstate, self._held, self._ep_t))
+            ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._held,
+            self._ep_t))
         traj = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *steps)
         batch = Batch(last_value=jnp.asarray(last_value), **traj)
         stats = {
@@ -451,26 +508,94 @@ class HostCollector:
         return ts, batch, stats
 
 
-def _team_reward(infos: dict, rewards: dict, mean_reward: float) -> float:
-    """``infos[agent]["team_reward"]`` of the first agent that reports one, else the mean
-    agent reward (DESIGN.md's default for custom envs)."""
-    for a in rewards:
-        info = infos.get(a) or {}
-        if "team_reward" in info:
-            return float(info["team_reward"])
-    return mean_reward
+class HostEvaluator:
+    """Team fitness on any PettingZoo ParallelEnv: a loop reusing ``episodes`` instances.
 
+    Episode ``e`` of every member is reset with ``seed + e`` and plays with key
+    ``fold_in(key, e)`` (common random numbers). Fault isolation: an exception in a
+    member's episode (the env raising, a malformed ``reset``/``step`` output, the episode
+    running past ``timeout`` seconds) fails that member only: its returns are NaN (ES
+    ranks it last), the failure is recorded in ``failures`` and the env instance is
+    replaced by a fresh one.
+    """
 
-def _make_policy(period: int, deterministic: bool) -> Callable:
-    """One jitted call for all copies: ``(held, ActOut, value)`` from stacked inputs."""
+    def __init__(self, make: Callable[..., Any], spec: HostEnvSpec, episodes: int,
+                 period: int, deterministic: bool, max_steps: int, timeout: float = 0.0):
+        self.make = make
+        self.envs = [make() for _ in range(episodes)]
+        self.spec = spec
+        self.max_steps = max_steps
+        self.timeout = float(timeout)
+        self.failures: list[dict[str, Any]] = []  # of the last returns() call
+        self._policy = policy(int(period), bool(deterministic))
 
-    @eqx.filter_jit
-    def policy(actor, critic, key, obs, adj, gstate, held, ep_t):
-        keys = jax.random.split(key, adj.shape[0])
-        new_held, out = jax.vmap(
-            lambda k, o, a, h, t: actor.step(k, o, a, h, t, period, deterministic))(
-                keys, obs, adj, held, ep_t)
-        value = jax.vmap(critic)(gstate, skill_ids(new_held))
-        return new_held, out, value
+    def episode(self, actor: Any, env: Any, seed: int, key: jax.Array) -> float:
+        """One episode's team return (the sum of :func:`team_reward` over its steps)."""
+        spec, budget, used = self.spec, self.timeout, 0.0
+        message = (f"an evaluation episode of {type(env).__name__} spent more than "
+                   f"{budget:g} s in env calls (episode_timeout)")
 
-    return policy
+        def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+            """An env call under the episode's remaining time budget (the policy's JAX
+            calls, compilation included, are not timed and never interrupted)."""
+            nonlocal used
+            if not budget:
+                return fn(*args, **kwargs)
+            if used >= budget:  # also where no SIGALRM can interrupt (threads)
+                raise EnvTimeout(message)
+            t0 = time.monotonic()
+            try:
+                with deadline(budget - used, message):
+                    return fn(*args, **kwargs)
+            finally:
+                used += time.monotonic() - t0
+
+        obs = check_reset(env, call(env.reset, seed=seed), spec)
+        held = jax.tree.map(lambda x: x[None], actor.initial_skill(spec.num_agents))
+        graph = getattr(env, "comm_graph", None)
+        total, t = 0.0, 0
+        while env.agents and t < self.max_steps:
+            stacked, alive = stack_agents(spec, obs)
+            adj = adjacency((lambda: call(graph)) if callable(graph) else None,
+                            spec.num_agents, alive)
+            key, sub = jax.random.split(key)
+            held, out, _ = self._policy(actor, None, sub[None],
+                                        jax.tree.map(lambda x: x[None], stacked), adj[None],
+                                        None, held, np.full(1, t, np.int32))
+            acts = env_actions(spec, np.asarray(out.env_action[0]),
+                               [a for a in spec.agents if a in obs])
+            live = list(env.agents)
+            obs, rew, _, _, infos = check_step(env, acts, call(env.step, acts), spec, live)
+            total += team_reward(infos, rew)
+            t += 1
+        return total
+
+    def returns(self, actor: Any, thetas: np.ndarray, seed: int, key: jax.Array,
+                episodes: int | None = None) -> np.ndarray:
+        """``[P, E]`` team returns of ``thetas[P, D]`` put into ``actor``'s selector; a
+        failed member's row is NaN (its failure is in ``failures``)."""
+        from agents import set_selector_theta
+
+        count = len(self.envs) if episodes is None else int(episodes)
+        while len(self.envs) < count:
+            self.envs.append(self.make())
+        out = np.zeros((len(thetas), count), np.float64)
+        self.failures = []
+        for p, theta in enumerate(thetas):
+            a = set_selector_theta(actor, jnp.asarray(theta))
+            for e in range(count):
+                try:
+                    out[p, e] = self.episode(a, self.envs[e], seed + e,
+                                             jax.random.fold_in(key, e))
+                except Exception as err:  # the env's fault: this member fails, others run
+                    out[p] = np.nan
+                    frame = traceback.extract_tb(err.__traceback__)[-1]
+                    self.failures.append({
+                        "member": p, "episode": e, "env_seed": seed + e,
+                        "error": f"{type(err).__name__}: {err}",
+                        "where": f"{frame.filename}:{frame.lineno} in {frame.name}"})
+                    broken, self.envs[e] = self.envs[e], self.make()
+                    with contextlib.suppress(Exception), deadline(self.timeout, "close()"):
+                        broken.close()  # a hung env may hang in close() too: bounded
+                    break
+        return out

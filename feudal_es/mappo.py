@@ -22,18 +22,17 @@ Two ways to collect, one update:
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from agents import CentralCritic, Directive, FeudalActor, executor_filter
 from envs.base import SwarmEnv, auto_reset_step
+from envs.validate import check_bool, check_int, check_number
 
 
 # ---------------------------------------------------------------------------------------
@@ -65,20 +64,17 @@ class MAPPOConfig:
 
     def __post_init__(self) -> None:
         c = type(self).__name__
-        for name in ("lr", "critic_lr"):
-            _check_number(c, name, getattr(self, name), low=0.0, low_open=True)
+        for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm"):
+            check_number(f"{c}.{name}", getattr(self, name), low=0.0, low_open=True)
         for name in ("gamma", "gae_lambda"):
-            _check_number(c, name, getattr(self, name), low=0.0, high=1.0)
-        _check_number(c, "clip_eps", self.clip_eps, low=0.0, low_open=True)
+            check_number(f"{c}.{name}", getattr(self, name), low=0.0, high=1.0)
         for name in ("value_clip_eps", "huber_delta", "ent_coef", "vf_coef"):
-            _check_number(c, name, getattr(self, name), low=0.0)
-        _check_number(c, "max_grad_norm", self.max_grad_norm, low=0.0, low_open=True)
+            check_number(f"{c}.{name}", getattr(self, name), low=0.0)
         for name in ("epochs", "minibatches", "num_envs", "num_steps", "selector_period",
                      "anneal_updates"):
-            _check_int(c, name, getattr(self, name), 1)
+            check_int(f"{c}.{name}", getattr(self, name), 1)
         for name in ("value_norm", "norm_advantages", "anneal_lr"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{c}.{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(f"{c}.{name}", getattr(self, name))
         if (self.num_steps * self.num_envs) % self.minibatches:
             raise ValueError(
                 f"{c}.minibatches ({self.minibatches}) must divide num_steps * num_envs "
@@ -89,22 +85,6 @@ class MAPPOConfig:
     def batch_size(self) -> int:
         """Swarm samples per train step: ``num_steps * num_envs``."""
         return self.num_steps * self.num_envs
-
-
-def _check_int(cls: str, name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{cls}.{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{cls}.{name} must be >= {minimum}, got {value}")
-
-
-def _check_number(cls: str, name: str, value: Any, low: float, high: float = math.inf,
-                  low_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{cls}.{name} must be a number, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < low or value > high or (low_open and value == low):
-        lo = "(" if low_open else "["
-        raise ValueError(f"{cls}.{name} must be finite and in {lo}{low}, {high}], got {value}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,6 +150,30 @@ class TrainState(NamedTuple):
     key: jax.Array
     update_step: jax.Array  # [] int32 train steps done
     env_steps: jax.Array  # [] int32 swarm steps collected (one per env copy and step)
+
+
+class Learned(NamedTuple):
+    """What a MAPPO update learns: the part of a :class:`TrainState` that a skipped
+    (non-finite) update keeps from before it."""
+
+    actor: FeudalActor
+    critic: CentralCritic
+    actor_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+    value_norm: ValueNorm
+
+
+def learned(ts: TrainState) -> Learned:
+    """The learner part of ``ts`` (see :class:`Learned`)."""
+    return Learned(ts.actor, ts.critic, ts.actor_opt_state, ts.critic_opt_state, ts.value_norm)
+
+
+@eqx.filter_jit
+def all_finite(tree: Any) -> jax.Array:
+    """True iff every floating-point leaf of ``tree`` is finite (one jitted reduction)."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(
+        eqx.filter(tree, eqx.is_inexact_array))]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
 class Batch(NamedTuple):
@@ -283,7 +287,10 @@ def _value_loss(err: jax.Array, delta: float) -> jax.Array:
     return 0.5 * err**2
 
 
-def _loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOConfig):
+def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOConfig
+         ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped-PPO loss of a minibatch ``mb``: ``(total, stats)``. ``params`` are the
+    (executor, critic) leaves being differentiated, ``rest`` their complements."""
     actor_params, critic_params = params
     actor = eqx.combine(actor_params, rest[0])
     critic = eqx.combine(critic_params, rest[1])
@@ -365,7 +372,7 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     actor_params, actor_rest = _trainable(ts.actor)
     critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
     mb = jax.tree.map(lambda x: x[idx], data)
-    grads, stats = jax.grad(_loss, has_aux=True)(
+    grads, stats = jax.grad(loss, has_aux=True)(
         (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg)
     a_upd, a_opt = actor_tx.update(grads[0], ts.actor_opt_state, actor_params)
     c_upd, c_opt = critic_tx.update(grads[1], ts.critic_opt_state, critic_params)
@@ -483,7 +490,7 @@ def make_train_step(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], t
     statistics (``episode_return``, ``team_return``, ``env_reward``, ``team_reward``,
     ``episodes``), the losses (``policy_loss``, ``value_loss``, ``entropy``),
     ``approx_kl``, ``clip_fraction``, ``explained_variance``, ``grad_norm`` and
-    ``env_steps``. Wrap it with :func:`timed` for SPS."""
+    ``env_steps``."""
     collect_jit = eqx.filter_jit(lambda ts: collect(env, ts, cfg))
 
     def train_step(ts: TrainState) -> tuple[TrainState, dict]:
@@ -507,20 +514,3 @@ def make_rollout(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tupl
         return ts, stats
 
     return rollout
-
-
-def timed(step: Callable[[TrainState], tuple[TrainState, dict]], steps_per_call: int):
-    """Wrap a (jitted) step so its metrics also carry ``sps`` (swarm steps per second,
-    host wall time, blocking on the result) as Python floats."""
-    import time
-
-    def run(ts: TrainState) -> tuple[TrainState, dict]:
-        t0 = time.perf_counter()
-        ts, metrics = step(ts)
-        metrics = jax.device_get(metrics)
-        elapsed = time.perf_counter() - t0
-        out = {k: float(v) for k, v in metrics.items()}
-        out["sps"] = steps_per_call / elapsed
-        return ts, out
-
-    return run

@@ -82,9 +82,9 @@ def test_help_on_every_command(work):
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {"train", "eval", "envs", "render", "demo"}
-    for name, p in sub.choices.items():
-        assert "--import" in p.format_help(), name
+    assert set(sub.choices) == {"train", "eval", "envs", "render", "demo", "convert"}
+    for name, p in sub.choices.items():  # every command that resolves env ids
+        assert ("--import" in p.format_help()) == (name != "convert"), name
     proc = cli("train", "--help", cwd=work)
     assert "--resume" in proc.stdout and "--set KEY=VALUE" in proc.stdout
 
@@ -98,8 +98,8 @@ def test_train_writes_the_run_and_matches_the_python_api(work, trained):
     for line in ("run dir:", "learning curve:", "episode GIF:"):
         assert line in out
     assert str(run) in out
-    for name in ("episode.gif", "learning_curve.png", "best_selector.npz", "config.json",
-                 "ckpt_00000003.npz"):
+    for name in ("episode.gif", "learning_curve.png", "best_selector.safetensors", "config.json",
+                 "ckpt_00000003.safetensors"):
         assert (run / name).is_file(), name
     rows = metrics(run)
     assert [r["round"] for r in rows] == [0, 1, 2]
@@ -119,7 +119,7 @@ def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
          str(run), "--no-progress"], cwd=work, env=_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
-    while not (run / "ckpt_00000001.npz").exists() and proc.poll() is None:
+    while not (run / "ckpt_00000001.safetensors").exists() and proc.poll() is None:
         assert time.monotonic() < deadline, "no first checkpoint within 240 s"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
@@ -132,12 +132,13 @@ def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
 def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys,
                                                           monkeypatch):
     run, _ = trained
-    other = work / "other.npz"
+    other = work / "other.safetensors"
     from feudal_es.checkpoint import load_selector, save_selector
 
-    theta, meta = load_selector(run / "best_selector.npz")
+    theta, meta = load_selector(run / "best_selector.safetensors")
     save_selector(other, np.asarray(theta) + 0.5, meta)  # a different selector
-    sels = [str(run / "best_selector.npz"), str(other), str(run / "best_selector.npz")]
+    best = str(run / "best_selector.safetensors")
+    sels = [best, str(other), best]
     res = json.loads(cli("eval", str(run), "--selector", *sels, "--episodes", "4", "--json",
                          cwd=work).stdout)
     rows = res["selectors"]
@@ -197,4 +198,4 @@ def test_custom_pettingzoo_env_trains_through_the_cli(work):
     assert [r["round"] for r in rows] == [0, 1]
     assert all(r["fitness_best"] is not None and r["mappo/policy_loss"] is not None
                for r in rows)
-    assert (work / "line" / "ckpt_00000002.npz").is_file()
+    assert (work / "line" / "ckpt_00000002.safetensors").is_file()

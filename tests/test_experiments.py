@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from experiments import common
+from feudal_es.stats import t_critical
 from feudal_es.trainer import TrainerConfig
 
 
@@ -20,7 +21,9 @@ def test_mean_ci_matches_hand_computation():
     assert m == pytest.approx(4.0)
     assert hw == pytest.approx(2.776 * math.sqrt(7.5) / math.sqrt(5))
     assert common.mean_ci([3.0])[0] == 3.0 and math.isnan(common.mean_ci([3.0])[1])
-    assert common.t975(4) == 2.776 and common.t975(22) == 2.086 and common.t975(500) == 1.96
+    assert t_critical(4) == 2.776 and t_critical(22) == 2.074 and t_critical(500) == 1.96
+    assert t_critical(35) == t_critical(30) == 2.042  # between entries: the smaller df
+    assert math.isnan(t_critical(0))
 
 
 def test_curve_band_grid_and_overlap():

@@ -45,15 +45,15 @@ def _env() -> dict[str, str]:
 
 
 if os.environ.get("FEUDAL_ES_TEST_SLOW_WRITES") == "1":  # `--import test_faults_slow`
-    _write = checkpoint._write_payload
+    _fsync = os.fsync
 
-    def _slow_write(f, items):
-        """Hold every checkpoint write open for 0.5 s after its arrays are written (before
-        the fsync and rename), so a SIGKILL can be aimed at it."""
-        _write(f, items)
+    def _slow_fsync(fd):
+        """Hold every atomic write (checkpoints included) open for 0.5 s once its bytes are
+        written, before the fsync and rename, so a SIGKILL can be aimed at it."""
         time.sleep(0.5)
+        _fsync(fd)
 
-    checkpoint._write_payload = _slow_write
+    os.fsync = _slow_fsync
 
 
 def _train(*args: str, cwd: Path, slow_writes: bool = False) -> subprocess.Popen:

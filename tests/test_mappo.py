@@ -141,7 +141,7 @@ def test_train_step_moves_every_executor_leaf_with_gradient(env, nets, stepped):
                 "advantage": jax.random.normal(jax.random.key(0), batch.reward.shape),
                 "target": batch.value + 1.0}
         data = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), data)
-        grads, _ = jax.grad(mappo._loss, has_aux=True)(
+        grads, _ = jax.grad(mappo.loss, has_aux=True)(
             (actor_params, critic_params), (actor_rest, critic_rest), data, CFG)
         return grads
 

@@ -15,15 +15,16 @@ import pytest
 from test_trainer import TINY
 
 from agents import FeudalActor, executor_filter, selector_theta
-from feudal_es import es
-from feudal_es import trainer as tr
+from feudal_es import es, rollout
+from feudal_es.config import TrainerConfig
+from feudal_es.resolve import resolve_env
 
 
 @pytest.fixture(scope="module")
 def setup():
     """The tiny Coverage core and an actor with a randomised executor (so members differ)."""
-    core = tr.resolve_env(TINY.env, TINY.env_kwargs).core
-    actor = FeudalActor.from_env(jax.random.key(0), core, TINY.actor_config)
+    core = resolve_env(TINY.env, TINY.env_kwargs).core
+    actor = FeudalActor.from_env(jax.random.key(0), core, TINY.actor)
     params, rest = eqx.partition(actor, executor_filter(actor))
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     actor = eqx.combine(unravel(flat + 0.5 * jax.random.normal(jax.random.key(5), flat.shape)),
@@ -46,11 +47,11 @@ def test_chunked_rollouts_equal_full_width_vmap(setup):
     of the one compiled vmap other tests share); every team return and final metric to
     ``RTOL`` (a few float32 ulps)."""
     core, actor = setup
-    full = tr._jax_fns(TINY, core).rollouts  # population 4 < the automatic chunk: a vmap
+    full = rollout.jax_functions(TINY, core).rollouts  # population 4 < the automatic chunk: a vmap
     theta0 = selector_theta(actor)
     thetas = theta0 + jax.random.normal(jax.random.key(1), (7, theta0.size))
     keys = jax.random.split(jax.random.key(2), TINY.episodes)
-    fn = tr.make_population_rollouts(core, TINY.mappo_config.selector_period, True, chunk=3)
+    fn = rollout.make_population_rollouts(core, TINY.mappo.selector_period, True, chunk=3)
     chunked = jax.device_get(eqx.filter_jit(fn)(actor, thetas, keys))
     a, b = (jax.device_get(full(actor, th, keys)) for th in (thetas[:4], thetas[3:]))
     ref = jax.tree.map(lambda x, y: np.concatenate([x, y[1:]]), a, b)
@@ -69,12 +70,12 @@ def test_trainer_generation_uses_the_chunk(setup):
     compile-cache key; the automatic chunk is 8 on CPU."""
     core, actor = setup
     if jax.default_backend() == "cpu":
-        assert tr.population_chunk(TINY) == tr.CPU_POPULATION_CHUNK
-    assert tr.population_chunk(TINY) in (0, tr.CPU_POPULATION_CHUNK)  # >= 4: full width
+        assert rollout.population_chunk(TINY) == rollout.CPU_POPULATION_CHUNK
+    assert rollout.population_chunk(TINY) in (0, rollout.CPU_POPULATION_CHUNK)  # >= 4: full width
     chunk_cfg = dataclasses.replace(TINY, population_chunk=3)
-    full, chunked = tr._jax_fns(TINY, core), tr._jax_fns(chunk_cfg, core)
-    assert full is not chunked and tr._jax_fns(chunk_cfg, core) is chunked
-    state = es.init(selector_theta(actor), TINY.es_config)
+    full, chunked = rollout.jax_functions(TINY, core), rollout.jax_functions(chunk_cfg, core)
+    assert full is not chunked and rollout.jax_functions(chunk_cfg, core) is chunked
+    state = es.init(selector_theta(actor), TINY.es)
     a_state, a_info = jax.device_get(full.generation(jax.random.key(3), state, actor))
     b_state, b_info = jax.device_get(chunked.generation(jax.random.key(3), state, actor))
     assert a_info["best_fitness"] > a_info["mean_fitness"]  # members differ
@@ -90,4 +91,4 @@ def test_bad_population_chunk_is_refused_by_name(value, exc):
     with pytest.raises(exc, match="population_chunk"):
         dataclasses.replace(TINY, population_chunk=value)
     with pytest.raises(exc, match="population_chunk"):
-        tr.TrainerConfig.from_dict({**TINY.to_dict(), "population_chunk": value})
+        TrainerConfig.from_dict({**TINY.to_dict(), "population_chunk": value})

@@ -27,9 +27,9 @@ ray = pytest.importorskip("ray")
 from test_trainer import TINY_ACTOR, stable  # noqa: E402
 
 from agents import FeudalActor, executor_filter, selector_theta  # noqa: E402
-from feudal_es.host import HostEnvSpec  # noqa: E402
+from feudal_es.host import HostEnvSpec, HostEvaluator  # noqa: E402
 from feudal_es.ray_backend import RayEvaluator, init_local  # noqa: E402
-from feudal_es.trainer import ESTrainer, TrainerConfig, _HostEvaluator  # noqa: E402
+from feudal_es.trainer import ESTrainer, TrainerConfig  # noqa: E402
 
 
 class RayLine(Line):
@@ -82,7 +82,7 @@ def setup(tmp_path_factory):
     one Ray evaluator (2 workers) whose envs can be told to kill their worker."""
     spec = HostEnvSpec(RayLine(), num_skills=2)
     actor = FeudalActor(jax.random.key(0), spec.observation_space, spec.action_space,
-                        spec.num_skills, CFG.actor_config)
+                        spec.num_skills, CFG.actor)
     params, rest = eqx.partition(actor, executor_filter(actor))
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     actor = eqx.combine(unravel(flat + 0.1 * jax.random.normal(jax.random.key(1), flat.shape)),
@@ -90,11 +90,11 @@ def setup(tmp_path_factory):
     theta = selector_theta(actor)
     thetas = np.asarray(theta + 3 * jax.random.normal(jax.random.key(2), (5, theta.size)))
     key = jax.random.key(3)
-    serial = _HostEvaluator(RayLine, spec, 2, 2, True, 100).returns(actor, thetas, 7, key)
+    serial = HostEvaluator(RayLine, spec, 2, 2, True, 100).returns(actor, thetas, 7, key)
     assert np.unique(serial).size > 2  # members differ
     crash = tmp_path_factory.mktemp("ray") / "crashed"
     make = functools.partial(RayLine, crash_file=str(crash))
-    ev = RayEvaluator(functools.partial(_HostEvaluator, make, spec, 2, 2, True, 100),
+    ev = RayEvaluator(functools.partial(HostEvaluator, make, spec, 2, 2, True, 100),
                       episodes=2, num_workers=2)
     yield actor, thetas, key, serial, ev, crash
     ev.close()
@@ -119,11 +119,11 @@ def test_dead_worker_is_replaced_and_its_members_rerun(local_ray, setup):
 def test_trainer_ray_backend_equals_serial(local_ray, tmp_path):
     serial = ESTrainer(dataclasses.replace(CFG, backend="serial"), tmp_path / "serial").run()
     trainer = ESTrainer(CFG, tmp_path / "ray")
-    assert isinstance(trainer._population_eval, RayEvaluator)
+    assert isinstance(trainer.runtime.population_evaluator, RayEvaluator)
     try:
         on_ray = trainer.run()
     finally:
-        trainer._population_eval.close()
+        trainer.runtime.population_evaluator.close()
     assert stable(on_ray) == stable(serial)
     assert all(r["fitness_best"] is not None for r in on_ray)
 
@@ -133,7 +133,7 @@ def test_workers_that_cannot_be_scheduled_raise_instead_of_hanging(local_ray, se
     placed, and the evaluator says so after ``start_timeout`` (a generation used to wait
     forever on them)."""
     spec = HostEnvSpec(RayLine(), num_skills=2)
-    make = functools.partial(_HostEvaluator, RayLine, spec, 2, 2, True, 100)
+    make = functools.partial(HostEvaluator, RayLine, spec, 2, 2, True, 100)
     with pytest.raises(RuntimeError, match=r"of 3 Ray workers started within 2 s"):
         RayEvaluator(make, episodes=2, num_workers=3, start_timeout=2.0)
     deadline = time.monotonic() + 30  # the partial workers were stopped (freed lazily)

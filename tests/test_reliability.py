@@ -14,14 +14,14 @@ Kill-at-random-points and the 500-generation run live in ``test_faults_slow.py``
 from __future__ import annotations
 
 import dataclasses
-import io
+import errno
 import json
 import logging
 import math
 import os
+import pickle
 import signal
 import time
-import zipfile
 
 import equinox as eqx
 import gymnasium as gym
@@ -33,10 +33,10 @@ import pytest
 from test_trainer import TINY, TINY_ACTOR, assert_trees_equal, stable
 
 from agents import selector_theta
-from feudal_es import checkpoint, cli, es
+from feudal_es import checkpoint, cli, es, mappo
+from feudal_es.config import NESTED_CONFIGS
 from feudal_es.host import EnvOutputError
 from feudal_es.trainer import (
-    _NESTED,
     ESTrainer,
     ResolvedEnv,
     TrainerConfig,
@@ -156,8 +156,8 @@ _LEGAL = {("TrainerConfig", "env", "'no_such_choice'"),  # any string; resolve_e
 def test_every_config_field_refuses_wrong_type_and_range_naming_it():
     checked = 0
     cases = [("TrainerConfig", n, d, lambda n, v: {n: v}) for n, d in _fields(TrainerConfig)
-             if n not in _NESTED]
-    for nested, cls in _NESTED.items():
+             if n not in NESTED_CONFIGS]
+    for nested, cls in NESTED_CONFIGS.items():
         cases += [(cls.__name__, n, d, lambda n, v, nested=nested: {nested: {n: v}})
                   for n, d in _fields(cls)]
     for cls_name, name, default, wrap in cases:
@@ -215,7 +215,7 @@ def test_spaces_the_actor_cannot_handle_are_refused(tmp_path, obs, act, match):
 ])
 def test_malformed_custom_env_is_refused_before_any_compute(tmp_path, bad, match, monkeypatch):
     built = []
-    monkeypatch.setattr("feudal_es.trainer.FeudalActor.__init__",
+    monkeypatch.setattr("feudal_es.runtime.FeudalActor.__init__",
                         lambda *a, **k: built.append(1) or pytest.fail("actor was built"))
     with pytest.raises(EnvOutputError, match=match):
         host_trainer(tmp_path, bad=bad)
@@ -241,9 +241,9 @@ def test_checkpoint_of_another_env_or_version_is_refused(tiny_run, tmp_path, mon
     with pytest.raises(checkpoint.CheckpointError, match=r"env_kwargs\.num_agents: checkpoint "
                                                          r"has 3, expected 4"):
         checkpoint.load(ckpt, t.checkpoint_tree(), expect=other)
-    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 2)
-    with pytest.raises(checkpoint.CheckpointError, match="format version 1; this feudal-es "
-                                                         "reads format version 2"):
+    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 3)
+    with pytest.raises(checkpoint.CheckpointError, match="format version 2; this feudal-es "
+                                                         "reads format version 3"):
         ESTrainer.resume(t.run_dir)
 
 
@@ -251,11 +251,12 @@ def test_truncated_latest_checkpoint_is_reported_not_skipped(tiny_run, tmp_path)
     _, ckpt = tiny_run
     run = tmp_path / "run"
     run.mkdir()
-    (run / "ckpt_00000001.npz").write_bytes(ckpt.read_bytes())
-    (run / "ckpt_00000002.npz").write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+    (run / "ckpt_00000001.safetensors").write_bytes(ckpt.read_bytes())
+    (run / "ckpt_00000002.safetensors").write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size
+                                                                      // 2])
     with pytest.raises(checkpoint.CheckpointError,
-                       match=r"truncated or corrupted.*older checkpoints in this run: "
-                             r"ckpt_00000001\.npz"):
+                       match=r"ckpt_00000002\.safetensors is corrupted .*\(truncated\?\).*"
+                             r"older checkpoints in this run: ckpt_00000001\.safetensors"):
         ESTrainer.resume(run)
 
 
@@ -270,44 +271,46 @@ class _Payload:
 
 
 def test_crafted_checkpoint_and_selector_do_not_run_code(tiny_run, tmp_path, capsys):
-    """A real run checkpoint whose first array is swapped for a pickled object array (the
-    header and its checksum kept), and a selector file whose theta is one: resume, eval
-    and render refuse them; the payload never runs."""
+    """A real run whose checkpoint declares a tensor of Python objects (the one way a
+    pickle could ride in a safetensors file), a checkpoint and a selector file that are
+    pickles: resume, eval and render refuse them naming the file; the payload never runs
+    (and it is live: unpickling it runs it)."""
+    from test_checkpoint import read_st, write_st
+
     t, ckpt = tiny_run
     marker = tmp_path / "pwned"
-    buf = io.BytesIO()
-    payload = np.empty(1, dtype=object)
-    payload[0] = _Payload(marker)
-    np.lib.format.write_array(buf, payload, allow_pickle=True)
+    payload = pickle.dumps(_Payload(marker))
+    header, body = read_st(ckpt)
+    victim = next(k for k in header if k != "__metadata__")
+    header[victim]["dtype"] = "O"
     run = tmp_path / "run"
     run.mkdir()
-    with zipfile.ZipFile(ckpt) as src, zipfile.ZipFile(run / ckpt.name, "w") as dst:
-        names = src.namelist()
-        victim = next(n for n in names if n != "__feudal_es__.npy")
-        for n in names:
-            dst.writestr(n, buf.getvalue() if n == victim else src.read(n))
-    sel = tmp_path / "sel.npz"
-    with zipfile.ZipFile(t.paths["best_selector"]) as src, zipfile.ZipFile(sel, "w") as dst:
-        for n in src.namelist():
-            dst.writestr(n, buf.getvalue() if n == "['theta'].npy" else src.read(n))
-    with pytest.raises(checkpoint.CheckpointError, match="corrupted or unsafe"):
+    write_st(run / ckpt.name, header, body)
+    pickled_run = tmp_path / "pickled"
+    pickled_run.mkdir()
+    (pickled_run / ckpt.name).write_bytes(payload)
+    sel = tmp_path / "sel.safetensors"
+    sel.write_bytes(payload)
+    with pytest.raises(checkpoint.CheckpointError, match="is corrupted"):
         ESTrainer.resume(run)
-    assert cli.main(["eval", str(run)]) == 2
-    assert cli.main(["eval", str(t.run_dir), "--selector", str(sel)]) == 2
-    assert cli.main(["render", str(t.run_dir), "--selector", str(sel), "--out",
-                     str(tmp_path / "x.gif")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("corrupted or unsafe") == 3 and "Traceback" not in err
+    for argv in (["eval", str(run)], ["eval", str(pickled_run)],
+                 ["train", "--resume", str(pickled_run)],
+                 ["eval", str(t.run_dir), "--selector", str(sel)],
+                 ["render", str(t.run_dir), "--selector", str(sel), "--out",
+                  str(tmp_path / "x.gif")]):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert ckpt.name in err or sel.name in err, err
+        assert "Traceback" not in err
     assert not marker.exists()
-    with np.load(run / ckpt.name, allow_pickle=True) as npz:  # the payload is live
-        npz[victim[:-4]]
+    pickle.loads(payload)  # the payload is live
     assert marker.exists()
 
 
 def test_selector_file_of_wrong_length_is_refused(tiny_run, tmp_path, capsys):
     t, _ = tiny_run
     size = t.selector_size
-    short = checkpoint.save_selector(tmp_path / "short.npz", np.zeros(size - 1, np.float32))
+    short = checkpoint.save_selector(tmp_path / "short.safetensors", np.zeros(size - 1, np.float32))
     assert cli.main(["eval", str(t.run_dir), "--selector", str(short)]) == 2
     err = capsys.readouterr().err
     assert f"holds {size - 1} parameters; the actor's selector has {size}" in err
@@ -324,12 +327,12 @@ def test_fresh_run_refuses_a_directory_holding_a_run(tiny_run):
 def _generation_oracle(t: ESTrainer, clean: ESTrainer, failed: set[int]):
     """Round 0's ES state, computed by hand: the trainer's ask on the round key, the clean
     trainer's per-member ``eval_fn`` as fitness, NaN for the failed members, then tell."""
-    _, key_round = jax.random.split(chain_key(t._es_key, 0))
+    _, key_round = jax.random.split(chain_key(t.keys.es, 0))
     state = t.es_state._replace(mean=selector_theta(t.ts.actor))
-    population, noise = es._ask_jit(key_round, state, t.es_cfg)
+    population, noise = es.ask_jit(key_round, state, t.config.es)
     fitness = np.array([np.nan if p in failed else clean.eval_fn(population[p])
                         for p in range(population.shape[0])], np.float32)
-    return es._tell_jit(state, noise, jnp.asarray(fitness), t.es_cfg)
+    return es.tell_jit(state, noise, jnp.asarray(fitness), t.config.es)
 
 
 @pytest.mark.parametrize("kind", ["raise", "missing_agent"])
@@ -342,7 +345,7 @@ def test_env_fault_fails_one_member_and_the_generation_completes(tmp_path, caplo
     clean = host_trainer(tmp_path / "clean")
     want, want_info = _generation_oracle(t, clean, failed={1})
     plan.armed = True
-    with caplog.at_level(logging.WARNING, logger="feudal_es.trainer"):
+    with caplog.at_level(logging.WARNING, logger="feudal_es"):
         t.run(rounds=1)
     assert_trees_equal(t.es_state, want)
     row = t.history[0]
@@ -398,8 +401,7 @@ def test_malformed_step_during_collection_is_a_clear_error(tmp_path):
     plan = Plan({0: ("nondict", 2)})
     t = host_trainer(tmp_path, plan, dataclasses.replace(HOST, mode="merl"))
     plan.armed = True  # the collector's copies reset when their episode ends: #0 is one
-    t._collector.envs[0].reset(seed=0)
-    t._collector._obs[0] = t._collector.envs[0]._obs()
+    t.runtime.collector.restart(0)
     with pytest.raises(EnvOutputError, match="rewards must be a dict keyed by agent, got list"):
         t.run(rounds=1)
     assert t.round == 0 and checkpoint.CheckpointManager(tmp_path).latest() is None
@@ -414,10 +416,8 @@ def test_nonfinite_mappo_update_is_skipped_and_training_continues(tmp_path, capl
     """Round 1's update blows up (NaN parameters and loss): it is skipped and reported, and
     the run equals a hand-made loop that drops exactly that update (its rollout state,
     key and step counter kept) and otherwise runs MAPPO then the ES generation."""
-    from feudal_es.trainer import _learned
-
     t = ESTrainer(TINY, tmp_path / "run")
-    real, calls = t._train_step, []
+    real, calls = t.runtime.train_step, []
 
     def blow_up_second(ts):
         out, metrics = real(ts)
@@ -427,17 +427,18 @@ def test_nonfinite_mappo_update_is_skipped_and_training_continues(tmp_path, capl
                                                                     "policy_loss": jnp.nan}
         return out, metrics
 
-    t._train_step = blow_up_second
+    t.runtime.train_step = blow_up_second
     ts, state = t.ts, t.es_state
     with caplog.at_level(logging.WARNING, logger="feudal_es.trainer"):
         t.run()
     for r in range(TINY.n_outer):  # the oracle
         new, _ = real(ts)
         if r == 1:
-            new = new._replace(**_learned(ts)._asdict(), update_step=ts.update_step)
+            new = new._replace(**mappo.learned(ts)._asdict(), update_step=ts.update_step)
         ts = new
         state = state._replace(mean=selector_theta(ts.actor))
-        state, _ = t._generation(jax.random.split(chain_key(t._es_key, r))[1], state, ts.actor)
+        state, _ = t.runtime.generation(jax.random.split(chain_key(t.keys.es, r))[1], state,
+                                        ts.actor, t.round_eval_key(r))
         ts = t.sync_out(ts, state.mean)
     assert_trees_equal(t.ts, ts)
     assert_trees_equal(t.es_state, state)
@@ -451,16 +452,14 @@ def test_nonfinite_mappo_update_is_skipped_and_training_continues(tmp_path, capl
 def test_nan_critic_update_is_detected_without_a_simulated_loss(tmp_path):
     """A genuinely broken learner (NaN critic weights -> NaN values, advantages, losses):
     the step is skipped, the learner is left as it was, the rollout moves on."""
-    from feudal_es.trainer import _learned
-
     t = ESTrainer(TINY, tmp_path / "run")
     ts = t.ts._replace(critic=_poison(t.ts.critic))
     out = t.gradient_step(ts)
-    metrics = t._round_metrics[-1]
+    metrics = t.round_metrics[-1]
     assert metrics["skipped_updates"] == 1.0 and math.isnan(metrics["value_loss"])
-    assert_trees_equal(_learned(out), _learned(ts))
+    assert_trees_equal(mappo.learned(out), mappo.learned(ts))
     assert int(out.update_step) == int(ts.update_step)
-    assert int(out.env_steps) == int(ts.env_steps) + t.mappo_cfg.batch_size
+    assert int(out.env_steps) == int(ts.env_steps) + t.config.mappo.batch_size
 
 
 def test_every_member_nan_on_the_jax_path_stops_before_writing(tmp_path):
@@ -473,11 +472,11 @@ def test_every_member_nan_on_the_jax_path_stops_before_writing(tmp_path):
     before = (t.ts, t.es_state)
     with pytest.raises(FloatingPointError, match=r"^round 1: every candidate returned "
                        r"non-finite fitness\. The run stopped without writing this round; "
-                       r"the last checkpoint is .*ckpt_00000001\.npz$"):
+                       r"the last checkpoint is .*ckpt_00000001\.safetensors$"):
         t.run(rounds=1)
     assert t.round == 1 and len(rows(t.run_dir)) == 1
     assert_trees_equal((t.ts, t.es_state), before)
-    assert checkpoint.CheckpointManager(t.run_dir).latest().name == "ckpt_00000001.npz"
+    assert checkpoint.CheckpointManager(t.run_dir).latest().name == "ckpt_00000001.safetensors"
     tree, _ = checkpoint.load(checkpoint.CheckpointManager(t.run_dir).latest(), t.checkpoint_tree())
     flat = jax.flatten_util.ravel_pytree(eqx.filter(tree["train_state"].actor,
                                                     eqx.is_inexact_array))[0]
@@ -511,16 +510,16 @@ def es_full(tmp_path_factory):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_finishes_the_round_checkpoints_and_resumes_exactly(tmp_path, es_full, sig,
-                                                                   capsys):
+                                                                   caplog):
     t = ESTrainer(ES_RUN, tmp_path / "run")
     _signal_in_round(t, 1, sig)
-    with pytest.raises(TrainingInterrupted) as stop:
+    with caplog.at_level(logging.WARNING, logger="feudal_es.trainer"), \
+            pytest.raises(TrainingInterrupted) as stop:
         t.run()
     assert stop.value.graceful and stop.value.round == 2 and stop.value.signum == sig
-    assert "finishing the round in progress (1 done so far), then checkpointing" in \
-        capsys.readouterr().err
+    assert "finishing the round in progress (1 done so far), then checkpointing" in caplog.text
     assert [r["round"] for r in rows(t.run_dir)] == [0, 1]
-    assert checkpoint.CheckpointManager(t.run_dir).latest().name == "ckpt_00000002.npz"
+    assert checkpoint.CheckpointManager(t.run_dir).latest().name == "ckpt_00000002.safetensors"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     resumed = ESTrainer.resume(t.run_dir)
@@ -562,3 +561,34 @@ def test_same_seed_same_run_bit_for_bit_host_path(tmp_path):
     assert stable(a.history) == stable(b.history)
     assert_trees_equal((a.ts, a.es_state), (b.ts, b.es_state))
     assert a.history[0]["selector_fitness"] != a.history[1]["selector_fitness"]
+
+
+# ===================================================================== 8. a full disk
+def test_full_disk_is_one_line_naming_the_last_checkpoint_then_resumes(tmp_path, es_full,
+                                                                      monkeypatch, capsys):
+    """The second checkpoint's write fails with ENOSPC: `feudal-es train` exits 1 with one
+    line naming the cause, the last good checkpoint and the resume command; nothing is
+    lost, and once the disk has room `--resume` completes the same run."""
+    run = tmp_path / "run"
+    (tmp_path / "cfg.json").write_text(json.dumps(ES_RUN.override({"checkpoint_every": 1})
+                                                  .to_dict()))
+    real = checkpoint.atomic_write
+
+    def full_disk(path, write):
+        if path.name == "ckpt_00000002.safetensors":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, write)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", full_disk)
+    argv = ["train", "--config", str(tmp_path / "cfg.json"), "--out", str(run), "--no-progress"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert "No space left on device" in err[0] and "ckpt_00000002.safetensors" in err[0]
+    assert f"the last good checkpoint is {run / 'ckpt_00000001.safetensors'}" in err[0]
+    assert err[0].endswith(f"continue with: feudal-es train --resume {run}")
+    assert [p.name for p in run.iterdir() if p.name.startswith((".ckpt", "ckpt"))] == [
+        "ckpt_00000001.safetensors"]  # no temp file left behind
+    monkeypatch.setattr(checkpoint, "atomic_write", real)
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == 0
+    assert stable(rows(run)) == stable(es_full.history)

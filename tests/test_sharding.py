@@ -35,20 +35,21 @@ SETUP = textwrap.dedent("""
     import equinox as eqx
     import jax, jax.flatten_util, jax.numpy as jnp, numpy as np
     from agents import FeudalActor, executor_filter, selector_theta
-    from feudal_es import es, sharding, trainer as tr
+    from feudal_es import es, rollout, sharding
+    from feudal_es.resolve import resolve_env
     from test_trainer import TINY
 
     # 8 members 2 at a time: 4 chunks on one device, 2 per device on two
-    CHUNKED = dataclasses.replace(TINY, es={**TINY.es, "pop_size": 8}, population_chunk=2)
+    CHUNKED = TINY.override({"es.pop_size": 8, "population_chunk": 2})
 
     def generations(config, actor, prefix):
-        fns = tr._jax_fns(config, core)  # what ESTrainer runs each round
-        state = es.init(selector_theta(actor), config.es_config)
+        fns = rollout.jax_functions(config, core)  # what ESTrainer runs each round
+        state = es.init(selector_theta(actor), config.es)
         fitness = []
         for seed in (3, 4):  # twice: adam moments
             # the members' fitness on the generation's episodes (its key split), unsharded
             k_ask, k_eval = jax.random.split(jax.random.key(seed))
-            population, _ = es.ask(k_ask, state, config.es_config)
+            population, _ = es.ask(k_ask, state, config.es)
             keys = jax.random.split(k_eval, config.episodes)
             fitness.append(fns.rollouts(actor, population, keys)[0].mean(axis=1))
             state, info = fns.generation(jax.random.key(seed), state, actor)
@@ -57,10 +58,10 @@ SETUP = textwrap.dedent("""
         out.update({f"info_{k}": v for k, v in info.items()})
         return {prefix + k: v for k, v in out.items()}
 
-    core = tr.resolve_env(TINY.env, TINY.env_kwargs).core
+    core = resolve_env(TINY.env, TINY.env_kwargs).core
 
     def results():
-        actor = FeudalActor.from_env(jax.random.key(0), core, TINY.actor_config)
+        actor = FeudalActor.from_env(jax.random.key(0), core, TINY.actor)
         params, rest = eqx.partition(actor, executor_filter(actor))
         flat, unravel = jax.flatten_util.ravel_pytree(params)
         noisy = unravel(flat + 0.5 * jax.random.normal(jax.random.key(5), flat.shape))

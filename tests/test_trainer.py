@@ -5,7 +5,8 @@ ablation modes, an exact checkpoint round trip, stop-and-resume reproducing the
 uninterrupted history, and config / env-id errors that name the cause.
 
 All trainers share one tiny Coverage setup (3 robots, 12-step episodes), so the jitted
-train step, rollouts and generation compile once per session (``trainer._jax_fns``)."""
+train step, rollouts and generation compile once per session
+(``feudal_es.rollout.jax_functions``)."""
 
 from __future__ import annotations
 
@@ -96,12 +97,12 @@ def test_population_fitness_equals_per_member_eval_fn(trainer):
 def test_batched_generation_equals_reference_es_step(trainer):
     """The trainer's jitted generation (what merl_coexist runs) makes the same update as
     the reference per-member ``es_step`` with ``eval_fn`` on the generation's eval key."""
-    cfg = dataclasses.replace(trainer.es_cfg, optimizer="sgd")  # es_step starts fresh
+    cfg = dataclasses.replace(trainer.config.es, optimizer="sgd")  # es_step starts fresh
     theta = selector_theta(trainer.ts.actor)
     key = jax.random.key(11)
     _, key_eval = jax.random.split(key)
     ref, info = es.es_step(theta, lambda t: trainer.eval_fn(t, key_eval), cfg, key)
-    rollouts = trainer._rollouts
+    rollouts = trainer.runtime.fns.rollouts
     actor, eps = trainer.ts.actor, trainer.config.episodes
 
     def fitness(thetas, k):
@@ -118,7 +119,7 @@ def test_one_merl_round_partitions_the_leaves(trainer, tmp_path):
     ts0, es0 = t.ts, t.es_state
     t.run(rounds=1)
     # executor (and critic): exactly one MAPPO train step from the initial state
-    ts1, _ = t._train_step(ts0)
+    ts1, _ = t.runtime.train_step(ts0)
     got_exec = eqx.filter(t.ts.actor, executor_filter(t.ts.actor))
     want_exec = eqx.filter(ts1.actor, executor_filter(ts1.actor))
     assert_trees_equal(got_exec, want_exec)
@@ -126,9 +127,9 @@ def test_one_merl_round_partitions_the_leaves(trainer, tmp_path):
     # MAPPO left the selector bit-identical ...
     np.testing.assert_array_equal(selector_theta(ts1.actor), selector_theta(ts0.actor))
     # ... and the selector is exactly ES's generation on it, with round 0's chain key
-    _, key_round = jax.random.split(chain_key(t._es_key, 0))
+    _, key_round = jax.random.split(chain_key(t.keys.es, 0))
     state = es0._replace(mean=selector_theta(ts1.actor))
-    want, _ = t._generation(key_round, state, ts1.actor)
+    want, _ = t.runtime.generation(key_round, state, ts1.actor, t.round_eval_key(0))
     np.testing.assert_array_equal(np.asarray(selector_theta(t.ts.actor)), np.asarray(want.mean))
     assert not np.array_equal(np.asarray(want.mean), np.asarray(es0.mean))
     assert int(t.es_state.generation) == 1
@@ -164,12 +165,12 @@ def test_run_dir_checkpoint_round_trip_and_resume(tmp_path):
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert json.loads((d / "config.json").read_text()) == TINY.to_dict()
     assert (d / "learning_curve.png").stat().st_size > 0
-    assert (d / "best_selector.npz").is_file()
-    assert sorted(p.name for p in d.glob("ckpt_*.npz")) == [
-        "ckpt_00000001.npz", "ckpt_00000002.npz", "ckpt_00000003.npz"]
+    assert (d / "best_selector.safetensors").is_file()
+    assert sorted(p.name for p in d.glob("ckpt_*")) == [
+        "ckpt_00000001.safetensors", "ckpt_00000002.safetensors", "ckpt_00000003.safetensors"]
 
     # exact round trip of the newest checkpoint
-    back = ESTrainer.from_checkpoint(d / "ckpt_00000003.npz")
+    back = ESTrainer.from_checkpoint(d / "ckpt_00000003.safetensors")
     assert_trees_equal(back.ts, full.ts)
     assert_trees_equal(back.es_state, full.es_state)
     assert back.round == 3 and back.best_fitness == full.best_fitness
@@ -213,7 +214,7 @@ def test_config_errors_name_the_field():
     with pytest.raises(TypeError, match="episodes"):
         TrainerConfig(episodes=2.5)
     assert TrainerConfig.from_dict(TINY.to_dict()) == TINY
-    assert TINY.override({"es.sigma": 0.2, "n_outer": 5}).es_config.sigma == 0.2
+    assert TINY.override({"es.sigma": 0.2, "n_outer": 5}).es.sigma == 0.2
     assert parse_assignment("env_kwargs.num_agents=4") == ("env_kwargs.num_agents", 4)
     assert parse_assignment("mode=es") == ("mode", "es")
 

@@ -1,0 +1,211 @@
+"""``TrainerConfig``: everything one run needs, frozen, validated and JSON-serialisable.
+
+Nested configs are typed (:class:`~feudal_es.es.ESConfig`,
+:class:`~feudal_es.mappo.MAPPOConfig`, :class:`agents.ActorConfig`,
+:class:`agents.CriticConfig`); a plain dict of their fields is accepted anywhere (JSON
+files, ``--set``, Python) and validated on construction, with "did you mean" for a
+misspelled field. :data:`COMPACT_ACTOR` is the CPU-sized actor the demo and the studies
+share; :func:`demo_config` is what ``feudal-es demo`` trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agents import ActorConfig, CriticConfig
+from envs.validate import check_bool, check_int, check_number
+from feudal_es.es import ESConfig
+from feudal_es.mappo import MAPPOConfig
+
+__all__ = [
+    "BACKENDS",
+    "COMPACT_ACTOR",
+    "MODES",
+    "NESTED_CONFIGS",
+    "TrainerConfig",
+    "demo_config",
+    "parse_assignment",
+]
+
+MODES = ("merl", "es", "mappo")
+BACKENDS = ("serial", "ray")
+NESTED_CONFIGS: dict[str, type] = {"es": ESConfig, "mappo": MAPPOConfig, "actor": ActorConfig,
+                                   "critic": CriticConfig}
+
+# A compact actor for CPU runs: the default CNN/GNN sizes compile and run slowly on a
+# laptop-class CPU; this one keeps `feudal-es demo` within a couple of minutes.
+COMPACT_ACTOR = ActorConfig(cnn_channels=(8,), cnn_strides=(2,), cnn_out=16, vec_hidden=(32,),
+                            vec_out=16, gnn_hops=2, gnn_layers=1, gnn_features=32,
+                            embed_hidden=(), embed_dim=32, executor_hidden=(32,))
+
+
+def _nested(owner: str, name: str, value: Any) -> Any:
+    """A nested config from an instance or a dict of its fields (lists become tuples)."""
+    cls = NESTED_CONFIGS[name]
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{owner}.{name} must be a {cls.__name__} or a dict of its fields, "
+                        f"got {type(value).__name__}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for k in value:
+        if k not in fields:
+            close = difflib.get_close_matches(str(k), sorted(fields), n=3)
+            hint = f"; did you mean {close}?" if close else f"; fields: {sorted(fields)}"
+            raise ValueError(f"{owner}.{name} has no field {k!r}{hint}")
+    try:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{owner}.{name}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """Everything a run needs (frozen, validated; errors name the field)."""
+
+    env: str = "feudal_es/Coverage-v0"  # registry id or "module:attr"
+    env_kwargs: dict = dataclasses.field(default_factory=dict)  # passed to the env
+    mode: str = "merl"  # merl (ES + MAPPO) | es (executor frozen) | mappo (selector frozen)
+    n_outer: int = 20  # merl_coexist outer rounds
+    grad_steps_per_outer: int = 1  # MAPPO train steps per round
+    episodes: int = 4  # episodes per team-fitness evaluation
+    deterministic_eval: bool = True  # executor mode (not a sample) during fitness episodes
+    seed: int = 0
+    es: ESConfig = dataclasses.field(default_factory=ESConfig)
+    mappo: MAPPOConfig = dataclasses.field(default_factory=MAPPOConfig)
+    actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
+    critic: CriticConfig = dataclasses.field(default_factory=CriticConfig)
+    num_skills: int = 2  # host envs without ``skill_names``: selector choices per agent
+    checkpoint_every: int = 5  # rounds between checkpoints (the last round always saves)
+    keep_checkpoints: int = 3  # newest checkpoints kept
+    plot_every: int = 1  # rounds between learning-curve refreshes (the last always)
+    gif: bool = True  # write a final deterministic episode GIF (if the env renders)
+    max_episode_steps: int = 10_000  # host envs: cap on an evaluation episode's length
+    # host envs: seconds an evaluation episode (and one MAPPO-collection env call) may
+    # take; over it the member fails / collection stops with EnvTimeout. 0 = no limit
+    episode_timeout: float = 0.0
+    # JAX envs: devices the ES population is sharded over (feudal_es.sharding); 0 = all
+    # of jax.devices() (no sharding when there is one), 1 = never shard, n = the first n
+    population_devices: int = 0
+    # JAX envs: ES members evaluated together per chunk (per device when sharded): the
+    # population rollout is a lax.map(batch_size=...) over vmapped chunks, a remainder
+    # chunk included. 0 = automatic: feudal_es.rollout.CPU_POPULATION_CHUNK on a CPU
+    # backend, where the full-width batch's activations overflow the caches, the whole
+    # population otherwise (a GPU wants the full width); n >= the population = one vmap
+    population_chunk: int = 0
+    backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
+    ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
+
+    def __post_init__(self) -> None:
+        c = type(self).__name__
+        if not isinstance(self.env, str) or not self.env:
+            raise TypeError(f"{c}.env must be a non-empty string, got {self.env!r}")
+        if not isinstance(self.env_kwargs, Mapping):
+            raise TypeError(f"{c}.env_kwargs must be a dict, got "
+                            f"{type(self.env_kwargs).__name__}")
+        if self.mode not in MODES:
+            raise ValueError(f"{c}.mode must be one of {MODES}, got {self.mode!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"{c}.backend must be one of {BACKENDS}, got {self.backend!r}")
+        for name, low in (("n_outer", 1), ("grad_steps_per_outer", 1), ("episodes", 1),
+                          ("seed", 0), ("num_skills", 1), ("checkpoint_every", 1),
+                          ("keep_checkpoints", 1), ("plot_every", 1),
+                          ("max_episode_steps", 1), ("population_devices", 0),
+                          ("population_chunk", 0), ("ray_workers", 0)):
+            check_int(f"{c}.{name}", getattr(self, name), low)
+        check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
+        for name in ("deterministic_eval", "gif"):
+            check_bool(f"{c}.{name}", getattr(self, name))
+        for name in NESTED_CONFIGS:
+            object.__setattr__(self, name, _nested(c, name, getattr(self, name)))
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        try:
+            json.dumps(self.env_kwargs)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{c}.env_kwargs must be JSON-serialisable: {e}") from None
+
+    # --- (de)serialisation ----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (nested configs as dicts, tuples as lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainerConfig:
+        """Build from a dict (e.g. ``config.json``); unknown keys are refused by name."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a TrainerConfig must be a JSON object, got {type(data).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for k in data:
+            if k not in names:
+                close = difflib.get_close_matches(str(k), names, n=3)
+                raise ValueError(f"TrainerConfig has no field {k!r}"
+                                 + (f"; did you mean {close}?" if close else ""))
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> TrainerConfig:
+        """Read a JSON config file (the user's own input, like a script)."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ValueError(f"config file {path} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config file {path} is not valid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    def override(self, assignments: Mapping[str, Any]) -> TrainerConfig:
+        """A copy with dotted-path assignments applied, e.g. ``{"es.sigma": 0.1,
+        "env_kwargs.num_agents": 4, "n_outer": 3}``."""
+        data = self.to_dict()
+        names = list(data)
+        for path, value in assignments.items():
+            head, _, rest = path.partition(".")
+            if head not in names:
+                close = difflib.get_close_matches(head, names, n=3)
+                raise ValueError(f"unknown setting {path!r}"
+                                 + (f"; did you mean {close}?" if close else ""))
+            if rest:
+                if not isinstance(data[head], dict):
+                    raise ValueError(f"setting {path!r}: {head} is not a nested config")
+                data[head] = {**data[head], rest: value}
+            else:
+                data[head] = value
+        return type(self).from_dict(data)
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``"es.sigma=0.1"`` -> ``("es.sigma", 0.1)``; the value is JSON if it parses as
+    JSON (numbers, true/false, lists, objects), else the plain string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def demo_config() -> TrainerConfig:
+    """What ``feudal-es demo`` trains: MERL on a 4-robot Dispersion swarm, 20 rounds,
+    :data:`COMPACT_ACTOR`, sized for about 1-2 minutes on 2 CPU cores."""
+    return TrainerConfig(
+        env="feudal_es/Dispersion-v0",
+        env_kwargs=dict(num_agents=4, max_steps=40, map_size=8),
+        mode="merl",
+        n_outer=20,
+        grad_steps_per_outer=4,
+        episodes=4,
+        es=ESConfig(pop_size=16, sigma=0.1, lr=0.05, optimizer="adam"),
+        mappo=MAPPOConfig(num_envs=8, num_steps=40, epochs=4, minibatches=2,
+                          selector_period=8, lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
+        actor=COMPACT_ACTOR,
+        critic=CriticConfig(hidden=(64, 64)),
+        checkpoint_every=5,
+    )

@@ -1,0 +1,163 @@
+"""Env ids to the path they train on: the pure-JAX path or the host (PettingZoo) path.
+
+An id is a PettingZoo registry id (the bundled ``feudal_es/...`` envs, anything a user
+registered with ``pettingzoo.register``) or ``"module:attr"`` naming a ``SwarmEnv`` class,
+an env instance or a factory. Resolving ``"module:attr"`` imports and calls code, so an
+id read from a file (a run directory, a checkpoint) never resolves that way: it raises
+:class:`UntrustedEnvError` naming the ``--env`` the user can pass if they trust it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from envs.base import SwarmEnv
+
+__all__ = ["ResolvedEnv", "UntrustedEnvError", "is_code_reference", "registered_ids",
+           "resolve_env"]
+
+
+@dataclasses.dataclass
+class ResolvedEnv:
+    """An env id resolved to the path it trains on.
+
+    ``kind == "jax"``: ``core`` is the functional :class:`envs.base.SwarmEnv`.
+    ``kind == "host"``: ``make(**extra)`` builds one PettingZoo ``ParallelEnv`` instance.
+    """
+
+    env_id: str
+    kind: str
+    core: SwarmEnv | None = None
+    make: Callable[..., Any] | None = None
+
+
+class UntrustedEnvError(ValueError):
+    """An env id read from a file (a run directory, a checkpoint) names code to import and
+    call (``"module:attr"``). Files are data: the user must name such an env themselves."""
+
+    def __init__(self, env_id: str, source: str):
+        super().__init__(
+            f"{source} names the env {env_id!r}, a 'module:attr' that would be imported and "
+            "called to build it; a run directory or checkpoint is data, so feudal-es does "
+            "not import or call what it names. If you trust it, name the env yourself: add "
+            f"`--env {env_id}` to the command (Python: pass env={env_id!r})")
+        self.env_id, self.source = env_id, source
+
+
+def is_code_reference(env_id: str) -> bool:
+    """True for ``"module:attr"`` ids (resolving them imports and calls code); registry
+    ids such as ``feudal_es/Coverage-v0`` are not."""
+    return ":" in env_id and "/" not in env_id.partition(":")[0]
+
+
+def registered_ids() -> list[str]:
+    """Every id in PettingZoo's parallel and AEC registries (bundled ones included)."""
+    import pettingzoo
+
+    import envs  # noqa: F401  (registers the bundled ids)
+
+    return sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+
+
+def _to_parallel(env: Any) -> Any:
+    """A ParallelEnv (AEC envs converted); unwrap nothing else."""
+    from pettingzoo import AECEnv, ParallelEnv
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    if isinstance(env, ParallelEnv):
+        return env
+    if isinstance(env, AECEnv):
+        return aec_to_parallel(env)
+    raise TypeError(f"expected a PettingZoo ParallelEnv or AECEnv, got {type(env).__name__}")
+
+
+def _classify(env_id: str, obj: Any) -> ResolvedEnv | None:
+    from envs.pettingzoo_env import SwarmParallelEnv
+
+    if isinstance(obj, SwarmEnv):
+        return ResolvedEnv(env_id, "jax", core=obj)
+    if isinstance(obj, SwarmParallelEnv):
+        return ResolvedEnv(env_id, "jax", core=obj.env)
+    return None
+
+
+def _resolve_code(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv:
+    module_name, _, attr = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"env {env_id!r}: cannot import module {module_name!r} ({e})"
+                         ) from None
+    if not hasattr(module, attr):
+        raise ValueError(f"env {env_id!r}: module {module_name!r} has no attribute {attr!r}")
+    target = getattr(module, attr)
+    if isinstance(target, type) and issubclass(target, SwarmEnv):
+        return ResolvedEnv(env_id, "jax", core=target(**kwargs))
+    found = _classify(env_id, target)
+    if found is not None:
+        if kwargs:
+            raise ValueError(f"env {env_id!r} is an instance; env_kwargs {kwargs} "
+                             "cannot be applied")
+        return found
+    if not callable(target):
+        raise ValueError(f"env {env_id!r}: {attr} is neither an env nor an env factory")
+    probe = target(**kwargs)
+    found = _classify(env_id, probe)
+    if found is not None:
+        return found
+    _to_parallel(probe)
+    return ResolvedEnv(env_id, "host", make=lambda **extra: _to_parallel(target(**kwargs,
+                                                                                 **extra)))
+
+
+def _resolve_registered(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv | None:
+    import pettingzoo
+
+    for env_type, registry in (("parallel", pettingzoo.parallel_registry),
+                               ("aec", pettingzoo.aec_registry)):
+        if env_id not in registry:
+            continue
+        found = _classify(env_id, pettingzoo.make(env_type, env_id, **kwargs))
+        if found is not None:
+            return found
+        if env_type == "parallel":
+            return ResolvedEnv(env_id, "host", make=lambda **extra: pettingzoo.make(
+                "parallel", env_id, **kwargs, **extra))
+        return ResolvedEnv(env_id, "host", make=lambda **extra: _to_parallel(pettingzoo.make(
+            "aec", env_id, **kwargs, **extra)))
+    return None
+
+
+def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
+                source: str | None = None) -> ResolvedEnv:
+    """Resolve a PettingZoo registry id (bundled or user-registered) or ``"module:attr"``.
+
+    A feudal-es functional env (a registered bundled id, a ``SwarmEnv`` class/instance,
+    or a factory returning a ``SwarmParallelEnv``) goes to the pure-JAX path; any other
+    PettingZoo env to the host path. Unknown ids raise ``ValueError`` with close matches.
+
+    ``source`` names the file the id was read from (``None``: the user's own code or
+    command line). An id from a file resolves only through what this process already
+    registered; a ``"module:attr"`` id from a file raises :class:`UntrustedEnvError`
+    before anything is imported.
+    """
+    import envs  # noqa: F401  (registers the bundled ids)
+
+    kwargs = dict(env_kwargs or {})
+    if is_code_reference(env_id):
+        if source is not None:
+            raise UntrustedEnvError(env_id, source)
+        return _resolve_code(env_id, kwargs)
+    found = _resolve_registered(env_id, kwargs)
+    if found is not None:
+        return found
+    close = difflib.get_close_matches(env_id, registered_ids(), n=3, cutoff=0.5)
+    hint = f"; did you mean {close}?" if close else ""
+    raise ValueError(
+        f"unknown env {env_id!r}{hint} (see `feudal-es envs`; a module that registers "
+        "envs can be loaded with --import MODULE, or name a factory as 'module:attr')"
+    )
