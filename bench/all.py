@@ -4,187 +4,102 @@
     python -m bench.all --quick    # smaller settings, for a smoke run
     python -m bench.all --only perf   # rerun one part; the others' rows are carried over
 
-Runs ``bench/es_core.py``, ``bench/envs.py`` and ``bench/mappo.py`` as subprocesses (their
-own ``--markdown`` output is kept verbatim) and the ES-on-env measurements of
-``bench/perf.py`` in this process, then rewrites the block between the
-``<!-- bench/all.py -->`` markers at the top of ``bench/RESULTS.md``: the summary table
-(each row a ratio whose two sides were measured in this run), the shortfalls with their
+Each part of :data:`PARTS` is a script run as ``python -m <module> <args> --json PATH``.
+The scripts print human-readable markdown and write their measurements as JSON (the
+document of ``bench.common.Report``: ``script``, ``command``, ``date``, ``seconds``,
+``machine``, ``load_average`` before/after, ``settings``, ``units``, ``results``). This
+script builds the summary from the JSON only, never from the printed text: it keeps each
+run's document, with the script's stdout added under ``stdout``, in
+``bench/results/<name>.json`` (committed beside RESULTS.md), and rewrites the block between
+the ``<!-- bench/all.py -->`` markers at the top of ``bench/RESULTS.md``: the summary table
+(each row a ratio whose two sides were measured in the same run), the shortfalls with their
 measured causes, and the raw outputs. The hand-written per-script sections below the block
-are left as they are. The machine's load average is recorded before and after, since the
-numbers are only as good as the share of the CPU the run got. With ``--only``, the parts
-not rerun keep the raw outputs of the previous block (their rows are rebuilt from them and
-marked with the date of the run that measured them).
+are left as they are. The machine's load average is recorded before and after (for this
+run and for each script), since the numbers are only as good as the share of the CPU the
+run got. With ``--only``, the parts not rerun take their document from
+``bench/results/<name>.json`` (their rows are marked with the date of the run that
+measured them). A script that fails keeps its previous document there and gets no rows.
+
+Adding a script: append a :class:`Part` to :data:`PARTS` with its name (the JSON's file
+name and the ``--only`` / ``--skip`` choice), its module, a function giving its
+command-line arguments, and a function turning its JSON document into summary
+:class:`Row` objects. The script itself takes ``--json PATH`` and writes a
+``bench.common.Report``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
-import platform
-import re
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import describe
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
+SAVED = ROOT / "bench" / "results"
 BEGIN, END = "<!-- bench/all.py: begin -->", "<!-- bench/all.py: end -->"
 
 
 # ---------------------------------------------------------------------------------------
-# the other scripts, as subprocesses
+# rows of the summary table
 # ---------------------------------------------------------------------------------------
-def run_script(module: str, args: list[str], timeout: float) -> tuple[str, float]:
-    """stdout of ``python -m bench.<module> args`` (stderr on failure) and its seconds."""
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", f"bench.{module}", *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"(timed out after {timeout:.0f} s)", time.perf_counter() - t0
-    out = proc.stdout
-    if proc.returncode != 0:
-        out += f"\n(exit {proc.returncode})\n{proc.stderr[-3000:]}"
-    return out, time.perf_counter() - t0
+@dataclass(frozen=True)
+class Row:
+    """One summary row: what is compared, both sides, their ratio and the goal it meets."""
 
+    what: str
+    ours: str
+    anchor: str
+    ratio: float | None
+    goal: str
+    met: bool | None  # None: no goal (reported only) or not measured
+    cause: str = ""  # why an unmet goal is not met, from the run's measurements
 
-def md_tables(text: str) -> list[list[dict[str, str]]]:
-    """Every markdown table in ``text`` as a list of ``{header: cell}`` rows."""
-    tables, lines = [], text.splitlines()
-    i = 0
-    while i < len(lines) - 1:
-        if lines[i].startswith("|") and re.match(r"^\|[\s:|-]+\|$", lines[i + 1].strip()):
-            head = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-            rows, i = [], i + 2
-            while i < len(lines) and lines[i].startswith("|"):
-                cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-                rows.append(dict(zip(head, cells, strict=False)))
-                i += 1
-            tables.append(rows)
-        else:
-            i += 1
-    return tables
-
-
-def num(text: str | None) -> float | None:
-    """First number in a cell (``"1,234"``, ``"310.8x"``, ``"**1.11x**"``), or None."""
-    if text is None:
-        return None
-    m = re.search(r"-?\d[\d,]*\.?\d*(?:e-?\d+)?", text)
-    return float(m.group(0).replace(",", "")) if m else None
-
-
-def find(tables, header: str) -> list[dict[str, str]]:
-    """Rows of the first table having a column whose name starts with ``header``."""
-    for t in tables:
-        if t and any(k.startswith(header) for k in t[0]):
-            return t
-    return []
-
-
-def col(row: dict[str, str], header: str) -> str | None:
-    return next((v for k, v in row.items() if k.startswith(header)), None)
-
-
-# ---------------------------------------------------------------------------------------
-# the table
-# ---------------------------------------------------------------------------------------
-class Table:
-    """Rows of: what | ours | anchor | ratio | goal | status."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, ...]] = []
-        self.short: list[tuple[str, str]] = []  # (row, cause) of unmet goals
-
-    def add(self, what: str, ours: str, anchor: str, ratio: float | None, goal: str,
-            met: bool | None, cause: str = "") -> None:
-        status = "-" if met is None else ("met" if met else "**not met**")
-        r = "n/a" if ratio is None else (f"{ratio:.3g}x" if ratio < 1000 else f"{ratio:,.0f}x")
-        self.rows.append((what, ours, anchor, r, goal, status))
-        if met is False:
-            self.short.append((what, cause))
-
-    def markdown(self) -> str:
-        out = ["| what | ours | anchor | ratio | goal | status |", "|---|---:|---:|---:|---|---|"]
-        out += ["| " + " | ".join(r) + " |" for r in self.rows]
-        return "\n".join(out)
+    def cells(self) -> tuple[str, ...]:
+        """The markdown cells: what | ours | anchor | ratio | goal | status."""
+        status = "-" if self.met is None else ("met" if self.met else "**not met**")
+        r = self.ratio
+        ratio = "n/a" if r is None else (f"{r:.3g}x" if r < 1000 else f"{r:,.0f}x")
+        return (self.what, self.ours, self.anchor, ratio, self.goal, status)
 
 
 def fmt_s(x: float | None, digits: int = 3) -> str:
+    """Seconds as a table cell."""
     return "n/a" if x is None else f"{x:.{digits}g} s"
 
 
-def es_core_rows(t: Table, out: str) -> None:
-    rows = find(md_tables(out), "path")
-    gps = {r["path"][:3]: num(col(r, "generations/s")) for r in rows}
-    a, b, c = gps.get("(a)"), gps.get("(b)"), gps.get("(c)")
-    t.add("ES core, sphere 64-D, P=256: batched `evolve` vs reference loop `es_step` "
-          "(generations/s)", f"{b:,.1f}" if b else "n/a", f"{a:,.1f}" if a else "n/a",
-          b / a if a and b else None, ">= 30x", (b / a >= 30) if a and b else None)
-    t.add("ES core vs evosax `Open_ES`, same problem (generations/s)",
-          f"{b:,.1f}" if b else "n/a", f"{c:,.1f}" if c else "n/a",
-          b / c if b and c else None, ">= 1x", (b / c >= 1) if b and c else None,
-          f"the two are within {abs(1 - b / c) * 100 if b and c else 0:.0f}% of each other, "
-          "inside the timing noise of this loaded machine (they are timed interleaved, best "
-          "of several; per generation both are bound by the same noise sampling, ranking "
-          "and update ops)")
+def fmt_n(x: float | None, decimals: int = 0) -> str:
+    """A rate as a table cell, with thousands separators."""
+    return "n/a" if x is None else f"{x:,.{decimals}f}"
 
 
-def envs_rows(t: Table, out: str) -> None:
-    tables = md_tables(out)
-    for r in find(tables, "ours vs VMAS"):
-        name = col(r, "ours vs VMAS") or "?"
-        vmas, ours = num(col(r, "VMAS env-steps/s")), num(col(r, "ours vec"))
-        goal = col(r, "goal") or ""
-        g = num(goal)
-        ratio = ours / vmas if ours and vmas else None
-        t.add(f"env throughput, 1024 envs, vector obs: {name} (env-steps/s)",
-              f"{ours:,.0f}" if ours else "n/a", f"{vmas:,.0f}" if vmas else "n/a", ratio,
-              f">= {g:g}x" if g else goal, (ratio >= g) if ratio and g else None,
-              "see the Envs section")
-    for r in find(tables, "PettingZoo adapter"):
-        name = col(r, "PettingZoo adapter") or "?"
-        wall, floor = num(col(r, "env-steps/s")), num(col(r, "floor"))
-        goal = col(r, "goal") or ""
-        g = num(goal)
-        t.add(f"PettingZoo adapter, 1 env, {name} (env-steps/s) vs its floor (bare jitted "
-              "`env.step` from Python)", f"{wall:,.0f}" if wall else "n/a",
-              f"{floor:,.0f}" if floor else "n/a", wall / floor if wall and floor else None,
-              f">= {g:,.0f} env-steps/s" if g else "-",
-              (wall >= g) if (g and wall) else None,
-              "its floor, one jitted env.step called from Python, is itself below the goal "
-              "on this machine (see the Envs section)")
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None when either side is missing or zero."""
+    return a / b if a and b else None
 
 
-def mappo_rows(t: Table, out: str) -> None:
-    seen = set()
-    for r in find(md_tables(out), "rollout-only SPS"):
-        env = r.get("env")
-        if env in seen:  # the first row per env is the default epochs
-            continue
-        seen.add(env)
-        roll, train = num(col(r, "rollout-only SPS")), num(col(r, "training SPS"))
-        ratio = train / roll if roll and train else None
-        t.add(f"MAPPO on {env}, epochs x minibatches {col(r, 'epochs')}: training SPS vs "
-              "rollout-only SPS", f"{train:,.1f}" if train else "n/a",
-              f"{roll:,.1f}" if roll else "n/a", ratio, ">= 0.3x",
-              (ratio >= 0.3) if ratio else None,
-              "the CNN weight gradient dominates on CPU (see the MAPPO section)")
-
-
-def perf_rows(t: Table, perf: dict[str, Any], notes: list[str]) -> None:
-    g = perf.get("es_generation")
-    mm = perf.get("matmul_flops")
+def perf_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/perf.py: ES generation vs the reference loop, FLOP/s, scaling, cold start."""
+    res, cores = doc["results"], doc["machine"]["cores"]
+    g, mm = res.get("es_generation"), res.get("matmul_flops_per_s")
+    rows = []
     if g:
-        member = g.get("member_flops_per_s")
-        one = g["rollout_flops"] / g["rollout_1dev_s"] if g.get("rollout_1dev_s") else None
-        cause = (f"the gain is bounded by the {os.cpu_count()} CPU cores. The reference loop "
+        member = g["member_flops_per_s"]
+        one = ratio(g["rollout_flops"], g["rollout_1dev_s"])
+        cause = (f"the gain is bounded by the {cores} CPU cores. The reference loop "
                  f"runs one member at a time: {member / 1e9:.1f} GFLOP/s "
                  f"({100 * member / mm:.0f}% of the dense-matmul anchor), "
-                 f"{g.get('member_busy', float('nan')):.2f} cores busy. Batching the population "
+                 f"{g['member_busy']:.2f} cores busy. Batching the population "
                  f"on one device gives {one / 1e9:.1f} GFLOP/s "
                  f"({g['rollout_1dev_busy']:.2f} cores busy: XLA runs one device's small ops "
                  f"on one thread); the trainer shards it over {g['devices']} CPU devices, "
@@ -199,107 +114,226 @@ def perf_rows(t: Table, perf: dict[str, Any], notes: list[str]) -> None:
                  f"{100 * member / mm:.0f}% of that rate. 30x needs parallel hardware the "
                  "loop cannot use (a GPU, not lent to this task)"
                  if member and mm and one else "")
-        t.add(f"ES generation, Coverage, P={g['pop']}, {g['agents']} agents, {g['steps']}-step "
-              "episode: batched jitted `generation` vs reference loop `es_step` (s/generation)",
-              fmt_s(g["batched_s"]), fmt_s(g["loop_s"]), g["speedup"], ">= 30x",
-              g["speedup"] >= 30, cause)
+        rows.append(Row(
+            f"ES generation, Coverage, P={g['pop']}, {g['agents']} agents, {g['steps']}-step "
+            "episode: batched jitted `generation` vs reference loop `es_step` (s/generation)",
+            fmt_s(g["batched_s"]), fmt_s(g["loop_s"]), g["speedup"], ">= 30x",
+            g["speedup"] >= 30, cause))
     if g and mm:
+        how = (f"{g['chunk']} members at a time (`lax.map(batch_size={g['chunk']})`)"
+               if 0 < g["chunk"] < g["pop"] else "one full-width vmap")
+        cause = (
+            f"one member alone runs at {g['member_flops_per_s'] / 1e9:.1f} GFLOP/s "
+            f"({100 * g['member_flops_per_s'] / mm:.0f}% of the matmul anchor), the "
+            f"{g['pop']}-member population as the trainer runs it, {how}, at "
+            f"{g['rollout_flops_per_s'] / 1e9:.1f} GFLOP/s, as one full-width vmap at "
+            f"{g['rollout_flops'] / g['vmap_s'] / 1e9:.1f} GFLOP/s (its activations no longer "
+            "fit the CPU caches); the rest of the gap to the matmul is the small, "
+            "memory-bound convolutions (3 input channels, 16 x 16 maps) and the env's "
+            "gathers, which no batching turns into matmul-shaped work on a CPU.")
         frac = g["rollout_flops_per_s"] / mm
-        t.add(f"achieved FLOP/s of the population rollout (XLA cost analysis, "
-              f"{g['rollout_flops'] / 1e9:.1f} GFLOP per call) vs dense f32 matmul "
-              "(GFLOP/s)", f"{g['rollout_flops_per_s'] / 1e9:.2f}", f"{mm / 1e9:.1f}", frac,
-              ">= 0.25x", frac >= 0.25, perf.get("flops_cause", ""))
-    rows = perf.get("population_scaling") or []
-    if len(rows) >= 2:
-        base = rows[0]
-        for r in rows[1:]:
-            lin = r["pop"] / base["pop"]
-            ratio = (r["gen_s"] / base["gen_s"]) / lin
-            t.add(f"population scaling: s/generation at P={r['pop']} vs P={base['pop']} x "
-                  f"{lin:g} (linear)", fmt_s(r["gen_s"]), fmt_s(base["gen_s"] * lin), ratio,
-                  "<= 1.2x", ratio <= 1.2, perf.get("scaling_cause", ""))
-    rows = perf.get("agent_scaling") or []
-    for r in rows:
-        t.add(f"agent scaling: population rollout, {r['agents']} agents "
-              f"(us per agent-step; anchor: {rows[0]['agents']} agents)",
-              f"{r['us_per_agent_step']:.2f}", f"{rows[0]['us_per_agent_step']:.2f}",
-              r["us_per_agent_step"] / rows[0]["us_per_agent_step"], "(reported)", None)
-    cs = perf.get("cold_start")
+        rows.append(Row(
+            f"achieved FLOP/s of the population rollout (XLA cost analysis, "
+            f"{g['rollout_flops'] / 1e9:.1f} GFLOP per call) vs dense f32 matmul (GFLOP/s)",
+            f"{g['rollout_flops_per_s'] / 1e9:.2f}", f"{mm / 1e9:.1f}", frac, ">= 0.25x",
+            frac >= 0.25, cause))
+    sc, wide = res.get("population_scaling") or [], res.get("population_scaling_vmap") or []
+    if len(sc) >= 2:
+        cause = (
+            f"cost per member with the trainer's default chunk ({sc[-1]['chunk']} members): "
+            + ", ".join(f"{r['per_member_ms']:.1f} ms at P={r['pop']} ({r['busy']:.2f} cores "
+                        "busy)" for r in sc)
+            + "; with each device's share as one vmap: "
+            + ", ".join(f"{r['per_member_ms']:.1f} ms" for r in wide)
+            + " (the sizes timed in turn, best of each).")
+        for r in sc[1:]:
+            lin = r["pop"] / sc[0]["pop"]
+            rel = (r["gen_s"] / sc[0]["gen_s"]) / lin
+            rows.append(Row(
+                f"population scaling: s/generation at P={r['pop']} vs P={sc[0]['pop']} x "
+                f"{lin:g} (linear)", fmt_s(r["gen_s"]), fmt_s(sc[0]["gen_s"] * lin), rel,
+                "<= 1.2x", rel <= 1.2, cause))
+    ag = res.get("agent_scaling") or []
+    for r in ag:
+        rows.append(Row(
+            f"agent scaling: population rollout, {r['agents']} agents "
+            f"(us per agent-step; anchor: {ag[0]['agents']} agents)",
+            f"{r['us_per_agent_step']:.2f}", f"{ag[0]['us_per_agent_step']:.2f}",
+            r["us_per_agent_step"] / ag[0]["us_per_agent_step"], "(reported)", None))
+    cs = res.get("cold_start")
     if cs:
-        cold = cs.get("cold_s")
-        t.add("cold start: `feudal-es train` (defaults) launch to first finished generation, "
-              "empty XLA cache (s) vs the 60 s goal", fmt_s(cold), "60 s",
-              cold / 60 if cold else None, "<= 1x (<= 60 s)",
-              (cold <= 60) if cold else False, perf.get("cold_cause", ""))
-        warm = cs.get("warm_cache_s")
-        t.add("cold start again, XLA cache filled by the first launch (s)", fmt_s(warm), "60 s",
-              warm / 60 if warm else None, "(reported)", None)
-
-
-# ---------------------------------------------------------------------------------------
-# main
-# ---------------------------------------------------------------------------------------
-def measure_perf(quick: bool, skip_cold: bool, log) -> dict[str, Any]:
-    from bench import perf
-
-    out: dict[str, Any] = {}
-    log("perf: ES generation (batched vs reference loop) and FLOP/s")
-    out["es_generation"] = perf.es_generation()
-    out["matmul_flops"] = perf.matmul_flops()
-    log("perf: population scaling (the trainer's default population_chunk, then full width)")
-    pops = (16, 64) if quick else (16, 64, 256)
-    out["population_scaling"] = perf.population_scaling(pops)
-    out["population_scaling_vmap"] = perf.population_scaling(pops, chunk=-1)
-    log("perf: agent scaling")
-    out["agent_scaling"] = perf.agent_scaling((8, 32) if quick else (8, 32, 256))
-    if not skip_cold:
-        log("perf: cold start")
-        out["cold_start"] = perf.cold_start()
-    g, mm = out["es_generation"], out["matmul_flops"]
-    how = (f"{g['chunk']} members at a time (`lax.map(batch_size={g['chunk']})`)"
-           if 0 < g["chunk"] < g["pop"] else "one full-width vmap")
-    out["flops_cause"] = (
-        f"one member alone runs at {g['member_flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"({100 * g['member_flops_per_s'] / mm:.0f}% of the matmul anchor), the {g['pop']}-member "
-        f"population as the trainer runs it, {how}, at {g['rollout_flops_per_s'] / 1e9:.1f} "
-        f"GFLOP/s, as one full-width vmap at {g['rollout_flops'] / g['vmap_s'] / 1e9:.1f} "
-        "GFLOP/s (its activations no longer fit the CPU caches); the rest of the gap to the "
-        "matmul is the small, memory-bound convolutions (3 input channels, 16 x 16 maps) and "
-        "the env's gathers, which no batching turns into matmul-shaped work on a CPU.")
-    sc, wide = out["population_scaling"], out["population_scaling_vmap"]
-    out["scaling_cause"] = (
-        f"cost per member with the trainer's default chunk ({sc[-1]['chunk']} members): "
-        + ", ".join(f"{r['per_member_ms']:.1f} ms at P={r['pop']} ({r['busy']:.2f} cores "
-                    "busy)" for r in sc)
-        + "; with each device's share as one vmap: "
-        + ", ".join(f"{r['per_member_ms']:.1f} ms" for r in wide)
-        + " (the sizes timed in turn, best of each).")
-    cs = out.get("cold_start") or {}
-    if cs.get("cold_s"):
-        out["cold_cause"] = (
-            f"compilation dominates: of {cs['cold_s']:.0f} s, the first round itself took "
+        cold, warm = cs.get("cold_s"), cs.get("warm_cache_s")
+        cause = (
+            f"compilation dominates: of {cold:.0f} s, the first round itself took "
             f"{cs.get('round_time') or float('nan'):.0f} s (it compiles MAPPO's train step, "
             "the ES generation and the selector evaluation, then runs them); with the XLA "
-            f"cache filled the same launch took {cs.get('warm_cache_s') or float('nan'):.0f}"
-            f" s. In-process, the ES generation alone compiled in "
-            f"{g['compile_batched_s']:.0f} s here, and one default-size generation (16 "
-            "members x 4 episodes x 100 steps with the default actor) runs for about "
-            f"{g['rollout_s'] * 4 * 16 / g['pop']:.0f} s at this run's speed.")
-    return out
+            f"cache filled the same launch took {warm or float('nan'):.0f} s."
+            + (f" In-process, the ES generation alone compiled in "
+               f"{g['compile_batched_s']:.0f} s here, and one default-size generation (16 "
+               "members x 4 episodes x 100 steps with the default actor) runs for about "
+               f"{g['rollout_s'] * 4 * 16 / g['pop']:.0f} s at this run's speed." if g else "")
+            if cold else "it did not finish its first round within the timeout")
+        rows.append(Row(
+            "cold start: `feudal-es train` (defaults) launch to first finished generation, "
+            "empty XLA cache (s) vs the 60 s goal", fmt_s(cold), "60 s", ratio(cold, 60),
+            "<= 1x (<= 60 s)", (cold <= 60) if cold else False, cause))
+        rows.append(Row("cold start again, XLA cache filled by the first launch (s)",
+                        fmt_s(warm), "60 s", ratio(warm, 60), "(reported)", None))
+    return rows
 
 
-def render(table: Table, sections: list[tuple[str, str]], header: str, notes: list[str]
-           ) -> str:
+def es_core_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/es_core.py: the batched ES core vs the reference loop and vs evosax."""
+    gps = {k: p["generations_per_s"] for k, p in doc["results"]["paths"].items()}
+    a, b, c = gps.get("loop"), gps.get("batched"), gps.get("evosax")
+    ba, bc = ratio(b, a), ratio(b, c)
+    return [
+        Row(f"ES core, sphere {doc['settings']['dim']}-D, P={doc['settings']['pop']}: batched "
+            "`evolve` vs reference loop `es_step` (generations/s)", fmt_n(b, 1), fmt_n(a, 1),
+            ba, ">= 30x", None if ba is None else ba >= 30),
+        Row("ES core vs evosax `Open_ES`, same problem (generations/s)", fmt_n(b, 1),
+            fmt_n(c, 1), bc, ">= 1x", None if bc is None else bc >= 1,
+            f"the two are within {abs(1 - (bc or 1)) * 100:.0f}% of each other, inside the "
+            "timing noise of this loaded machine (they are timed interleaved, best of "
+            "several; per generation both are bound by the same noise sampling, ranking and "
+            "update ops)"),
+    ]
+
+
+def envs_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/envs.py: env throughput vs VMAS, and the PettingZoo adapter vs its floor."""
+    res, batch = doc["results"], doc["settings"]["batch"]
+    rows = []
+    for r in res["vmas"]:
+        rel = ratio(r["ours_vec_env_steps_per_s"], r["vmas_env_steps_per_s"])
+        kw = ", ".join(f"{k}={v}" for k, v in r["kwargs"].items())
+        rows.append(Row(
+            f"env throughput, {batch} envs, vector obs: {r['env']} vs {r['scenario']}({kw}) "
+            "(env-steps/s)", fmt_n(r["ours_vec_env_steps_per_s"]),
+            fmt_n(r["vmas_env_steps_per_s"]), rel, f">= {r['goal_ratio_vec']:g}x",
+            None if rel is None else rel >= r["goal_ratio_vec"], "see the Envs section"))
+    for r in res["adapter"]:
+        goal, wall = r["goal_env_steps_per_s"], r["env_steps_per_s"]
+        rows.append(Row(
+            f"PettingZoo adapter, 1 env, {r['env']} (env-steps/s) vs its floor (bare jitted "
+            "`env.step` from Python)", fmt_n(wall), fmt_n(r["floor_env_steps_per_s"]),
+            ratio(wall, r["floor_env_steps_per_s"]),
+            "-" if goal is None else f">= {goal:,.0f} env-steps/s",
+            None if goal is None else wall >= goal,
+            "its floor, one jitted env.step called from Python, is itself below the goal "
+            "on this machine (see the Envs section)"))
+    return rows
+
+
+def mappo_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/mappo.py: MAPPO training SPS vs rollout-only SPS, first epochs setting per env."""
+    rows, seen = [], set()
+    for r in doc["results"]["runs"]:
+        if r["env"] in seen:
+            continue
+        seen.add(r["env"])
+        rel = ratio(r["train_sps"], r["rollout_sps"])
+        rows.append(Row(
+            f"MAPPO on {r['env']}, epochs x minibatches {r['epochs']} x {r['minibatches']}: "
+            "training SPS vs rollout-only SPS", fmt_n(r["train_sps"], 1),
+            fmt_n(r["rollout_sps"], 1), rel, ">= 0.3x", None if rel is None else rel >= 0.3,
+            "the CNN weight gradient dominates on CPU (see the MAPPO section)"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# the parts: one entry per script
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Part:
+    """One benchmark script of the summary (see the module docstring)."""
+
+    name: str  # bench/results/<name>.json, and the --only / --skip choice
+    module: str  # run as ``python -m <module> <args> --json PATH``
+    args: Callable[[argparse.Namespace], list[str]]  # from bench.all's options (--quick ...)
+    rows: Callable[[dict[str, Any]], list[Row]]  # its JSON document -> summary rows
+    markdown: bool = False  # its stdout is markdown to show as is, not in a code block
+
+
+def mappo_args(opts: argparse.Namespace) -> list[str]:
+    """The default epochs only (the script's extra 1-epoch rows double its ~10 min)."""
+    from feudal_es.mappo import MAPPOConfig
+
+    quick = ["--envs", "Coverage", "--repeats", "1"] if opts.quick else []
+    return ["--markdown", "--epochs", str(MAPPOConfig().epochs), *quick]
+
+
+PARTS: list[Part] = [
+    Part("perf", "bench.perf",
+         lambda o: ["--quick"] * o.quick + ["--skip-cold-start"] * ("cold_start" in o.skip),
+         perf_rows, markdown=True),
+    Part("es_core", "bench.es_core",
+         lambda o: ["--markdown"] + ["--pop", "64", "--repeats", "3"] * o.quick, es_core_rows),
+    Part("envs", "bench.envs", lambda o: ["--batch", "256", "--skip-vmas"] * o.quick,
+         envs_rows),
+    Part("mappo", "bench.mappo", mappo_args, mappo_rows),
+]
+
+
+def run_part(part: Part, args: list[str], out: Path, timeout: float
+             ) -> tuple[dict[str, Any] | None, str]:
+    """Run one script with ``--json out``: its document (stdout added), or None and why."""
+    cmd = [sys.executable, "-m", part.module, *args, "--json", str(out)]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"(timed out after {timeout:.0f} s)"
+    if proc.returncode != 0 or not out.exists():
+        return None, f"{proc.stdout}\n(exit {proc.returncode})\n{proc.stderr[-3000:]}"
+    doc = json.loads(out.read_text())
+    doc["stdout"] = proc.stdout
+    return doc, ""
+
+
+def saved(name: str) -> dict[str, Any] | None:
+    """The document kept by the last run of a part, if any."""
+    path = SAVED / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+# ---------------------------------------------------------------------------------------
+# RESULTS.md
+# ---------------------------------------------------------------------------------------
+def run_line(doc: dict[str, Any]) -> str:
+    """``N s, run DATE, load average a at start, b at end`` of a document's run."""
+    load = doc["load_average"]
+    return (f"{doc['seconds']:.0f} s, run {doc['date']}, load average "
+            f"{load['before'][0]:.1f} at start, {load['after'][0]:.1f} at end")
+
+
+def render(docs: dict[str, dict[str, Any]], failed: dict[str, str], header: str) -> str:
+    """The block between the markers: table, shortfalls, then each part's output."""
+    rows = [row for part in PARTS if part.name in docs for row in part.rows(docs[part.name])]
+    table = ["| what | ours | anchor | ratio | goal | status |",
+             "|---|---:|---:|---:|---|---|"]
+    table += ["| " + " | ".join(r.cells()) + " |" for r in rows]
     parts = [BEGIN, "## Summary (regenerated by `python -m bench.all`)", "", header, "",
-             table.markdown(), ""]
-    parts += ["GPU: no GPU lent to this task; the GPU rows are left empty, not guessed.", ""]
-    if table.short:
+             *table, ""]
+    if all(d["machine"]["backend"] == "cpu" for d in docs.values()):
+        parts += ["GPU: no GPU lent to this task; the GPU rows are left empty, not guessed.", ""]
+    short = [r for r in rows if r.met is False]
+    if short:
         parts += ["### Goals not met, and why (from this run's measurements)", ""]
-        parts += [f"- **{what}**: {cause}" if cause else f"- **{what}**"
-                  for what, cause in table.short]
+        parts += [f"- **{r.what}**: {r.cause}" if r.cause else f"- **{r.what}**" for r in short]
         parts.append("")
-    parts += notes
-    for title, body in sections:
+    for part in PARTS:
+        doc = docs.get(part.name)
+        if doc and part.markdown:
+            parts += [doc["stdout"].strip(), "",
+                      f"(stdout of `{doc['command']}`: {run_line(doc)})", ""]
+    for part in PARTS:
+        doc = docs.get(part.name)
+        if part.name in failed:
+            title, body = f"python -m {part.module} FAILED", failed[part.name]
+        elif doc and not part.markdown:
+            title, body = f"{doc['command']} (stdout, {run_line(doc)})", doc["stdout"]
+        else:
+            continue
         parts += [f"<details><summary>{title}</summary>", "", "```", body.strip(), "```", "",
                   "</details>", ""]
     parts.append(END)
@@ -307,6 +341,7 @@ def render(table: Table, sections: list[tuple[str, str]], header: str, notes: li
 
 
 def write_results(block: str) -> None:
+    """Replace the block between the markers in RESULTS.md (or put it under the title)."""
     old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if BEGIN in old and END in old:
         new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END) + 1:]
@@ -318,107 +353,84 @@ def write_results(block: str) -> None:
     RESULTS.write_text(new)
 
 
-PARTS = ["es_core", "envs", "mappo", "perf"]
-SECTION = re.compile(r"<details><summary>bench/(\w+)\.py ?(.*?) \(stdout, (\d+) s(?:, run "
-                     r"([^)]*))?\)</summary>\n\n```\n(.*?)\n```\n\n</details>", re.S)
-
-
-def previous_outputs() -> dict[str, tuple[str, str, float, str]]:
-    """The raw script outputs kept in the current block of RESULTS.md:
-    ``{name: (args, stdout, seconds, date of the run that measured it)}``."""
-    old = RESULTS.read_text() if RESULTS.exists() else ""
-    if BEGIN not in old or END not in old:
-        return {}
-    block = old[old.index(BEGIN):old.index(END)]
-    m = re.search(r"^Run (\d{4}-\d\d-\d\d \d\d:\d\d)", block, re.M)
-    date = m.group(1) if m else "unknown date"
-    return {n: (a, body, float(secs), when or date)
-            for n, a, secs, when, body in SECTION.findall(block)}
-
-
 def main(argv: list[str] | None = None) -> int:
+    names = [part.name for part in PARTS]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller settings (smoke run)")
-    p.add_argument("--skip", nargs="*", default=[], choices=["es_core", "envs", "mappo",
-                                                             "perf", "cold_start"])
-    p.add_argument("--only", nargs="+", default=None, choices=PARTS,
-                   help="run only these parts; the rows of the others are rebuilt from the "
-                   "raw outputs kept in the previous block (marked with their run's date)")
+    p.add_argument("--skip", nargs="*", default=[], choices=[*names, "cold_start"])
+    p.add_argument("--only", nargs="+", default=None, choices=names,
+                   help="run only these parts; the others' rows come from their documents "
+                   "kept in bench/results/ (marked with their run's date)")
     p.add_argument("--timeout", type=float, default=900, help="per script, seconds")
-    p.add_argument("--no-write", action="store_true", help="print instead of writing")
+    p.add_argument("--no-write", action="store_true",
+                   help="print the block instead of writing RESULTS.md and bench/results/")
     args = p.parse_args(argv)
-    carried: dict[str, tuple[str, str, float, str]] = {}
-    if args.only is not None:
-        args.skip = sorted(set(args.skip) | (set(PARTS) - set(args.only)))
-        carried = {n: v for n, v in previous_outputs().items() if n in args.skip}
+    carry = set() if args.only is None else set(names) - set(args.only)
     t_start = time.perf_counter()
-    now = datetime.datetime.now().strftime('%Y-%m-%d %H:%M')
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     load0 = os.getloadavg()
-    from feudal_es.mappo import MAPPOConfig
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t_start:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
-    scripts = {
-        "es_core": ["--markdown"] + (["--pop", "64", "--repeats", "3"] if args.quick else []),
-        "envs": (["--batch", "256", "--skip-vmas"] if args.quick else []),
-        # the default epochs only (the script's extra 1-epoch rows double its ~10 min)
-        "mappo": ["--markdown", "--epochs", str(MAPPOConfig().epochs)]
-        + (["--envs", "Coverage", "--repeats", "1"] if args.quick else []),
-    }
-    outputs: dict[str, tuple[str, float]] = {}
-    titles: dict[str, str] = {}
-    for name, a in scripts.items():
-        if name in args.skip:
-            if name in carried:
-                a_old, out_old, secs, when = carried[name]
-                outputs[name] = (out_old, secs)
-                titles[name] = f"bench/{name}.py {a_old} (stdout, {secs:.0f} s, run {when})"
-            continue
-        titles[name] = f"bench/{name}.py {' '.join(a)} (stdout, {{s:.0f}} s, run {now})"
-        log(f"bench/{name}.py {' '.join(a)}")
-        outputs[name] = run_script(name, a, args.timeout)
-    perf: dict[str, Any] = {}
-    if "perf" not in args.skip:
-        perf = measure_perf(args.quick, "cold_start" in args.skip, log)
+    docs: dict[str, dict[str, Any]] = {}
+    fresh, failed, missing = [], {}, []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        for part in PARTS:
+            if part.name in carry:
+                doc = saved(part.name)
+                if doc is None:
+                    missing.append(part.name)
+                else:
+                    docs[part.name] = doc
+                continue
+            if part.name in args.skip:
+                continue
+            part_args = part.args(args)
+            log(f"python -m {part.module} {' '.join(part_args)}")
+            doc, why = run_part(part, part_args, Path(tmp) / f"{part.name}.json",
+                                args.timeout)
+            if doc is None:
+                failed[part.name] = why
+                log(f"{part.name} failed: {why.strip().splitlines()[-1] if why else ''}")
+            else:
+                docs[part.name] = doc
+                fresh.append(part.name)
     load1 = os.getloadavg()
-
-    import jax
-
-    from bench import perf as perf_mod
-
-    table, notes = Table(), []
-    perf_rows(table, perf, notes)
-    if "es_core" in outputs:
-        es_core_rows(table, outputs["es_core"][0])
-    if "envs" in outputs:
-        envs_rows(table, outputs["envs"][0])
-    if "mappo" in outputs:
-        mappo_rows(table, outputs["mappo"][0])
-    if perf:
-        notes += perf_mod.details_markdown(perf)
     total = time.perf_counter() - t_start
+
+    machines = [docs[n]["machine"] for n in fresh] or [d["machine"] for d in docs.values()]
     header = (
         f"Run {now}, `python -m bench.all"
         f"{' ' + ' '.join(argv if argv is not None else sys.argv[1:])}`, {total / 60:.1f} min; "
-        f"{perf_mod.cpu_name()} ({os.cpu_count()} cores), {platform.machine()}, jax "
-        f"{jax.__version__} on {jax.default_backend()}. **Load average (1/5/15 min) at start "
-        f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end {load1[0]:.1f}/{load1[1]:.1f}/"
-        f"{load1[2]:.1f}**: a load above the core count means other jobs shared the CPU and "
-        "absolute figures are low; each ratio's two sides ran in this same run, close in time."
-    )
+        f"{describe(machines[0]) if machines else 'no measurements'}. **Load average "
+        f"(1/5/15 min) at start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at end "
+        f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f}**: a load above the core count means "
+        "other jobs shared the CPU and absolute figures are low; each ratio's two sides ran "
+        "in this same run, close in time.")
+    carried = [n for n in docs if n not in fresh]
     if carried:
-        header += (" Not rerun (`--only`), rows rebuilt from the outputs kept from the run "
-                   "they name: " + ", ".join(f"bench/{n}.py ({c[3]})" for n, c in
-                                             carried.items()) + ".")
-    sections = [(titles[n].replace("{s:.0f}", f"{s:.0f}"), o) for n, (o, s) in outputs.items()]
-    block = render(table, sections, header, notes)
+        header += (" Not rerun (`--only`), rows from `bench/results/<name>.json` of the run "
+                   "they name: " + ", ".join(f"bench/{n}.py ({docs[n]['date']}"
+                                             + ("" if docs[n]["machine"] == machines[0]
+                                                else f", on {describe(docs[n]['machine'])}")
+                                             + ")" for n in carried) + ".")
+    if missing:
+        header += (" No kept results (no `bench/results/<name>.json`) for: "
+                   + ", ".join(f"bench/{n}.py" for n in missing) + ".")
+    if failed:
+        header += (" **Failed, no rows**: " + ", ".join(f"bench/{n}.py" for n in failed)
+                   + " (output below).")
+    block = render(docs, failed, header)
     if args.no_write:
         print(block)
-    else:
-        write_results(block)
-        print(table.markdown())
-        print(f"wrote {RESULTS.relative_to(ROOT)} in {total / 60:.1f} min")
+        return 0
+    SAVED.mkdir(exist_ok=True)
+    for name in fresh:
+        (SAVED / f"{name}.json").write_text(json.dumps(docs[name], indent=1) + "\n")
+    write_results(block)
+    print(block[block.index("| what"):block.index("\n\n", block.index("| what"))])
+    print(f"wrote {RESULTS.relative_to(ROOT)} and bench/results/ in {total / 60:.1f} min")
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python bench/envs.py                 # defaults: 100 steps, 1 and 1024 envs
     python bench/envs.py --steps 50 --batch 256 --skip-vmas
+    python bench/envs.py --json out.json # also the numbers as JSON (bench/common.py)
 
 What is measured (env-steps/s = parallel envs x steps / seconds):
 
@@ -26,18 +27,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+if __package__ in (None, ""):  # ``python bench/envs.py``: import from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # (this file shadows envs)
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import envs  # registers the PettingZoo ids
+from bench.common import Report, add_json_arg, cpu_name, markdown_table
 from envs.base import auto_reset_step
 
 BUNDLED = ("Coverage", "Discovery", "Dispersion")
@@ -179,18 +181,8 @@ def bench_adapter(name: str, seconds: float) -> tuple[float, float, float, float
     return wall, cpu, *floor
 
 
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (else platform's guess)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def fmt(x: float | None) -> str:
+    """A rate as a table cell: thousands separators, ``-`` when not measured."""
     return "-" if x is None else f"{x:,.0f}"
 
 
@@ -205,20 +197,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapter-seconds", type=float, default=1.0,
                    help="length of each timed window of the adapter loop (best of 5)")
     p.add_argument("--skip-vmas", action="store_true")
+    add_json_arg(p)
     args = p.parse_args(argv)
+    report = Report("envs", args, argv)
 
     print(f"# feudal-es env benchmark, {datetime.date.today()}, {cpu_name()}"
           f" ({os.cpu_count()} cores), jax {jax.__version__} on {jax.default_backend()}")
     print(f"# {args.steps} steps per rollout, random actions, auto-reset every step; "
           f"rates are env-steps/s (compile excluded)")
-    print(f"# command: python bench/envs.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-    rows = []  # (name, mode, rate@1, rate@B, compile@B)
+    print(f"# command: {report.command}")
     classes = {name: load_env(name) for name in BUNDLED}
     # The adapter rows run first, in a process that has not yet run the 1024-env programs
     # or torch (VMAS): after those, the same loop measured ~40% slower here, as a user's
     # process stepping one env through PettingZoo would not be.
-    adapter = {name: bench_adapter(name, args.adapter_seconds)
-               for name, cls in classes.items() if cls is not None}
+    adapter = []
+    for name, cls in classes.items():
+        if cls is not None:
+            wall, cpu, fwall, fcpu = bench_adapter(name, args.adapter_seconds)
+            adapter.append({"env": name, "env_steps_per_s": wall, "env_steps_per_cpu_s": cpu,
+                            "floor_env_steps_per_s": fwall, "floor_env_steps_per_cpu_s": fcpu,
+                            "goal_env_steps_per_s": ADAPTER_GOAL if name == "Coverage"
+                            else None})
+    bundled = []
     for name, cls in classes.items():
         if cls is None:
             continue
@@ -227,15 +227,19 @@ def main(argv: list[str] | None = None) -> int:
             # the single-env row is measured with the full observation only
             r1 = bench_jax(env, 1, args.steps, mode, args.reps)[0] if mode != "vec" else None
             rb, cb = bench_jax(env, args.batch, args.steps, mode, args.reps)
-            rows.append((name, mode, r1, rb, cb, env.num_agents))
+            bundled.append({"env": name, "obs_mode": mode, "agents": env.num_agents,
+                            "env_steps_per_s_1": r1, "env_steps_per_s_batch": rb,
+                            "compile_batch_s": cb})
             print(f"  measured {name} [{mode}]", file=sys.stderr, flush=True)
 
-    print(f"\n| env | obs mode | agents | 1 env | {args.batch} envs | compile ({args.batch}) |")
-    print("|---|---|---:|---:|---:|---:|")
-    for name, mode, r1, rb, cb, n in rows:
-        print(f"| {name} | {mode} | {n} | {fmt(r1)} | {fmt(rb)} | {cb:.1f} s |")
+    print()
+    print(markdown_table(
+        ["env", "obs mode", "agents", "1 env", f"{args.batch} envs", f"compile ({args.batch})"],
+        "llrrrr", [(r["env"], r["obs_mode"], r["agents"], fmt(r["env_steps_per_s_1"]),
+                    fmt(r["env_steps_per_s_batch"]), f"{r['compile_batch_s']:.1f} s")
+                   for r in bundled]))
 
-    vmas_rates = {}
+    vmas_rows, versions = [], {}
     if not args.skip_vmas:
         for name, scenario in (("Discovery", "discovery"), ("Dispersion", "dispersion")):
             cls = classes.get(name)
@@ -251,37 +255,53 @@ def main(argv: list[str] | None = None) -> int:
             if rate is None:
                 print("[skip] VMAS anchors: vmas/torch not installed (pip install -e .[bench])")
                 break
-            vmas_rates[name] = (scenario, kw, rate)
+            ours = {r["obs_mode"]: r["env_steps_per_s_batch"] for r in bundled
+                    if r["env"] == name}
+            vmas_rows.append({"env": name, "scenario": scenario, "kwargs": kw,
+                              "vmas_env_steps_per_s": rate,
+                              "ours_vec_env_steps_per_s": ours["vec"],
+                              "ours_maps_vec_env_steps_per_s": ours["maps+vec"],
+                              "goal_ratio_vec": GOALS[name]})
 
-    if vmas_rates:
+    if vmas_rows:
         import torch
         import vmas
 
+        versions = {"vmas": vmas.__version__, "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads()}
         print(f"\nVMAS {vmas.__version__}, torch {torch.__version__} (CPU, "
-              f"{torch.get_num_threads()} threads), {args.batch} envs, vector obs:")
-        print("\n| ours vs VMAS | VMAS env-steps/s | ours vec | ratio | ours maps+vec | ratio "
-              "| goal |")
-        print("|---|---:|---:|---:|---:|---:|---|")
-        for name, (scenario, kw, rate) in vmas_rates.items():
-            ours = {mode: rb for n_, mode, _, rb, _, _ in rows if n_ == name}
-            goal = GOALS[name]
-            rv, rm = ours["vec"] / rate, ours["maps+vec"] / rate
-            verdict = "met" if rv >= goal else "NOT met"
-            args_s = ", ".join(f"{k}={v}" for k, v in kw.items())
-            print(f"| {name} vs {scenario}({args_s}) | {fmt(rate)} | {fmt(ours['vec'])} | "
-                  f"{rv:.1f}x | {fmt(ours['maps+vec'])} | {rm:.1f}x | >= {goal:g}x (vec): "
-                  f"{verdict} |")
+              f"{torch.get_num_threads()} threads), {args.batch} envs, vector obs:\n")
+        table = []
+        for r in vmas_rows:
+            rate, goal = r["vmas_env_steps_per_s"], r["goal_ratio_vec"]
+            rv = r["ours_vec_env_steps_per_s"] / rate
+            rm = r["ours_maps_vec_env_steps_per_s"] / rate
+            args_s = ", ".join(f"{k}={v}" for k, v in r["kwargs"].items())
+            table.append((f"{r['env']} vs {r['scenario']}({args_s})", fmt(rate),
+                          fmt(r["ours_vec_env_steps_per_s"]), f"{rv:.1f}x",
+                          fmt(r["ours_maps_vec_env_steps_per_s"]), f"{rm:.1f}x",
+                          f">= {goal:g}x (vec): " + ("met" if rv >= goal else "NOT met")))
+        print(markdown_table(["ours vs VMAS", "VMAS env-steps/s", "ours vec", "ratio",
+                              "ours maps+vec", "ratio", "goal"], "lrrrrrl", table))
 
-    print("\n| PettingZoo adapter, 1 env, default size, Python loop | env-steps/s (wall) "
-          "| by CPU time | floor: bare jitted env.step (wall / CPU) | goal |")
-    print("|---|---:|---:|---:|---|")
-    for name, (wall, cpu, fwall, fcpu) in adapter.items():
-        goal = ""
-        if name == "Coverage":
-            goal = f">= {ADAPTER_GOAL:,.0f}: " + ("met" if wall >= ADAPTER_GOAL else "NOT met")
-        print(f"| {name} | {fmt(wall)} | {fmt(cpu)} | {fmt(fwall)} / {fmt(fcpu)} | {goal} |")
+    print()
+    print(markdown_table(
+        ["PettingZoo adapter, 1 env, default size, Python loop", "env-steps/s (wall)",
+         "by CPU time", "floor: bare jitted env.step (wall / CPU)", "goal"], "lrrrl",
+        [(r["env"], fmt(r["env_steps_per_s"]), fmt(r["env_steps_per_cpu_s"]),
+          f"{fmt(r['floor_env_steps_per_s'])} / {fmt(r['floor_env_steps_per_cpu_s'])}",
+          "" if r["goal_env_steps_per_s"] is None else
+          f">= {r['goal_env_steps_per_s']:,.0f}: "
+          + ("met" if r["env_steps_per_s"] >= r["goal_env_steps_per_s"] else "NOT met"))
+         for r in adapter]))
     print("\n(by CPU time = steps / CPU seconds used by this process: less sensitive than wall "
           "time to other jobs on the same cores, though contention still inflates it.)")
+    report.write({"bundled": bundled, "vmas": vmas_rows, "vmas_versions": versions,
+                  "adapter": adapter},
+                 {"env_steps_per_s_1": "env-steps/s, 1 env",
+                  "env_steps_per_s_batch": "env-steps/s, --batch envs",
+                  "env_steps_per_cpu_s": "env-steps per CPU second of the process",
+                  "floor_env_steps_per_s": "bare jitted env.step called from Python"})
     return 0
 
 

@@ -13,7 +13,8 @@ It prints generations per second for each and the ratios b/a (goal >= 30) and b/
 (goal >= 1). Timings are the best of several repeats after a warm-up compile; the compile
 time is reported separately. Path (a) is timed on fewer generations (its cost per
 generation is constant). Run: ``python bench/es_core.py`` (add ``--markdown`` for a
-table row block to paste into bench/RESULTS.md).
+table row block to paste into bench/RESULTS.md, ``--json PATH`` for the numbers as JSON,
+see bench/common.py).
 """
 
 from __future__ import annotations
@@ -21,29 +22,20 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # ``python bench/es_core.py``: import from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from bench.common import Report, add_json_arg, best_times, markdown_table
 from feudal_es import es
 from feudal_es.objectives import batched, sphere_fitness
-
-
-def best_times(runs: dict, repeats: int) -> dict:
-    """Best wall time of each ``run()`` over ``repeats`` rounds.
-
-    The runs are interleaved round by round, so that a load change on a shared machine
-    hits every path alike instead of whichever happened to be timed then.
-    """
-    best = dict.fromkeys(runs, float("inf"))
-    for _ in range(repeats):
-        for name, run in runs.items():
-            t0 = time.perf_counter()
-            run()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
 
 
 def compiled(run):
@@ -103,7 +95,7 @@ def evosax_open_es(theta0, cfg, generations, key):
     return compiled(lambda: evolve(key).block_until_ready())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--pop", type=int, default=256)
@@ -113,29 +105,32 @@ def main() -> None:
                         "generation is constant, so gen/s is comparable")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--markdown", action="store_true", help="also print a markdown table")
-    args = parser.parse_args()
+    add_json_arg(parser)
+    args = parser.parse_args(argv)
+    report = Report("es_core", args, argv)
 
     cfg = es.ESConfig(pop_size=args.pop, sigma=0.1, lr=0.05)
     theta0 = jnp.ones(args.dim, jnp.float32)
     key = jax.random.key(0)
     g, g_loop = args.generations, args.loop_generations
 
+    # id: (label, build, generations timed)
     paths = {
-        "(a) reference loop es_step, jitted member": (reference_loop, g_loop),
-        "(b) batched generation, lax.scan + jit": (batched_generation, g),
+        "loop": ("(a) reference loop es_step, jitted member", reference_loop, g_loop),
+        "batched": ("(b) batched generation, lax.scan + jit", batched_generation, g),
     }
     try:
         import evosax  # noqa: F401
 
-        paths["(c) evosax Open_ES, lax.scan + jit"] = (evosax_open_es, g)
+        paths["evosax"] = ("(c) evosax Open_ES, lax.scan + jit", evosax_open_es, g)
     except ImportError:
         print("evosax not installed (pip install -e '.[dev]'): no (c) row")
     runs, compile_s = {}, {}
-    for name, (build, gens) in paths.items():
+    for name, (_, build, gens) in paths.items():
         runs[name], compile_s[name] = build(theta0, cfg, gens, key)
-    best = best_times({n: r for n, r in runs.items() if not n.startswith("(a)")}, args.repeats)
-    best.update(best_times({n: r for n, r in runs.items() if n.startswith("(a)")}, 2))
-    gps = {name: paths[name][1] / best[name] for name in runs}
+    best = best_times({n: r for n, r in runs.items() if n != "loop"}, args.repeats)
+    best.update(best_times({"loop": runs["loop"]}, 2))
+    gps = {name: paths[name][2] / best[name] for name in runs}
     final = {name: float(sphere_fitness(runs[name]())) for name in runs}
 
     print(f"ES core: sphere dim={args.dim}, population={cfg.num_candidates}, "
@@ -145,22 +140,28 @@ def main() -> None:
     header = f"{'path':45s} {'gens':>5s} {'gen/s':>10s} {'compile s':>10s} {'final fitness':>14s}"
     print(header)
     for name in runs:
-        print(f"{name:45s} {paths[name][1]:5d} {gps[name]:10.1f} {compile_s[name]:10.2f} "
-              f"{final[name]:14.5f}")
-    names = list(runs)
-    ratio_ba = gps[names[1]] / gps[names[0]]
-    ratio_bc = gps[names[1]] / gps[names[2]] if len(names) > 2 else float("nan")
+        print(f"{paths[name][0]:45s} {paths[name][2]:5d} {gps[name]:10.1f} "
+              f"{compile_s[name]:10.2f} {final[name]:14.5f}")
+    ratio_ba = gps["batched"] / gps["loop"]
+    ratio_bc = gps["batched"] / gps["evosax"] if "evosax" in gps else float("nan")
     print(f"b/a = {ratio_ba:.1f}x   (goal >= 30)")
     print(f"b/c = {ratio_bc:.2f}x   (goal >= 1.0)")
     if args.markdown:
-        print("\n| path | generations timed | generations/s | compile (s) | final fitness |")
-        print("|---|---:|---:|---:|---:|")
-        for name in runs:
-            print(f"| {name} | {paths[name][1]} | {gps[name]:.1f} | {compile_s[name]:.2f} "
-                  f"| {final[name]:.5f} |")
+        print()
+        print(markdown_table(
+            ["path", "generations timed", "generations/s", "compile (s)", "final fitness"],
+            "lrrrr", [(paths[n][0], paths[n][2], f"{gps[n]:.1f}", f"{compile_s[n]:.2f}",
+                       f"{final[n]:.5f}") for n in runs]))
         print(f"\nb/a = **{ratio_ba:.1f}x**, b/c = **{ratio_bc:.2f}x**")
-    assert final[names[1]] > float(sphere_fitness(theta0)), "the batched path did not improve"
+    assert final["batched"] > float(sphere_fitness(theta0)), "the batched path did not improve"
+    report.write(
+        {"start_fitness": float(sphere_fitness(theta0)),
+         "paths": {n: {"label": paths[n][0], "generations": paths[n][2],
+                       "generations_per_s": gps[n], "compile_s": compile_s[n],
+                       "final_fitness": final[n]} for n in runs}},
+        {"final_fitness": "sphere fitness -|theta|^2, higher is better (optimum 0)"})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

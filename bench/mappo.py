@@ -13,7 +13,8 @@ default ``epochs`` and for ``--epochs`` alternatives, since the update costs abo
 ``epochs x (forward + backward)`` over the batch against one forward for collection.
 Timings are the best of ``--repeats`` calls after a compile call, interleaved.
 
-Run: ``python bench/mappo.py`` (``--markdown`` adds a table for bench/RESULTS.md).
+Run: ``python bench/mappo.py`` (``--markdown`` adds a table for bench/RESULTS.md,
+``--json PATH`` writes the numbers as JSON, see bench/common.py).
 """
 
 from __future__ import annotations
@@ -25,23 +26,22 @@ import sys
 import time
 from pathlib import Path
 
-# ``python bench/mappo.py`` puts bench/ first on sys.path, where bench/envs.py would shadow
-# the ``envs`` package: look modules up from the repository root instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+if __package__ in (None, ""):  # ``python bench/mappo.py``: import from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # (bench/envs.py shadows envs)
 
-import jax  # noqa: E402
+import jax
 
-from agents import ActorConfig, CentralCritic, FeudalActor  # noqa: E402
-from bench.es_core import best_times  # noqa: E402
-from envs.coverage import Coverage  # noqa: E402
-from envs.discovery import Discovery  # noqa: E402
-from feudal_es import mappo  # noqa: E402
+from agents import ActorConfig, CentralCritic, FeudalActor
+from bench.common import Report, add_json_arg, best_times, markdown_table
+from envs.coverage import Coverage
+from envs.discovery import Discovery
+from feudal_es import mappo
 
 ENVS = {"Coverage": Coverage, "Discovery": Discovery}
 
 
 def measure(env_name: str, epochs: int, args: argparse.Namespace) -> dict:
+    """Rollout-only and training swarm-steps/s of one env and ``epochs`` setting."""
     env = ENVS[env_name]()
     key = jax.random.key(0)
     actor = FeudalActor.from_env(key, env, ActorConfig())
@@ -66,10 +66,10 @@ def measure(env_name: str, epochs: int, args: argparse.Namespace) -> dict:
     return {"env": env_name, "epochs": epochs, "minibatches": cfg.minibatches,
             "rollout_sps": sps["rollout"], "train_sps": sps["train"],
             "ratio": sps["train"] / sps["rollout"],
-            "compile_rollout": compile_s["rollout"], "compile_train": compile_s["train"]}
+            "compile_rollout_s": compile_s["rollout"], "compile_train_s": compile_s["train"]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     parser.add_argument("--epochs", nargs="+", type=int,
@@ -79,7 +79,9 @@ def main() -> None:
     parser.add_argument("--num-steps", type=int, default=mappo.MAPPOConfig().num_steps)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--markdown", action="store_true")
-    args = parser.parse_args()
+    add_json_arg(parser)
+    args = parser.parse_args(argv)
+    report = Report("mappo", args, argv)
 
     print(f"MAPPO train vs rollout: jax {jax.__version__} on {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPU cores, {platform.machine()}; num_envs={args.num_envs}, "
@@ -90,7 +92,7 @@ def main() -> None:
     print(head)
     for r in rows:
         print(f"{r['env']:10s} {r['epochs']:6d} {r['rollout_sps']:12.1f} {r['train_sps']:10.1f} "
-              f"{r['ratio']:6.3f} {r['compile_rollout']:7.1f}/{r['compile_train']:.1f}")
+              f"{r['ratio']:6.3f} {r['compile_rollout_s']:7.1f}/{r['compile_train_s']:.1f}")
     print("goal: train sps >= 0.3 x rollout sps")
     # The structure of the ratio: a train step = the same collection + `epochs` passes of
     # forward + backward over the batch, so ratio = 1 / (1 + epochs * u) with u = (cost of
@@ -100,12 +102,16 @@ def main() -> None:
         print(f"{r['env']:10s} epochs={r['epochs']}: one update epoch costs {u:.1f}x the "
               f"collection; ratio 0.3 would need u <= {(1 / 0.3 - 1) / r['epochs']:.2f}")
     if args.markdown:
-        print("\n| env | epochs x minibatches | rollout-only SPS | training SPS | ratio |")
-        print("|---|---|---:|---:|---:|")
-        for r in rows:
-            print(f"| {r['env']} | {r['epochs']} x {r['minibatches']} | {r['rollout_sps']:.1f} "
-                  f"| {r['train_sps']:.1f} | {r['ratio']:.3f} |")
+        print()
+        print(markdown_table(
+            ["env", "epochs x minibatches", "rollout-only SPS", "training SPS", "ratio"],
+            "llrrr", [(r["env"], f"{r['epochs']} x {r['minibatches']}", f"{r['rollout_sps']:.1f}",
+                      f"{r['train_sps']:.1f}", f"{r['ratio']:.3f}") for r in rows]))
+    report.write({"runs": rows},
+                 {"rollout_sps": "swarm steps/s (num_envs x num_steps per call / s)",
+                  "train_sps": "swarm steps/s", "ratio": "train_sps / rollout_sps"})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
