@@ -134,8 +134,8 @@ class VectorEncoder(eqx.Module):
 
     def __init__(self, key: KeyLike, size: int, config: ActorConfig):
         self.mlp = MLP(
-            key, size, config.vec_hidden, config.vec_out,
-            out_gain=HIDDEN_GAIN, activation="relu", final_activation="relu",
+            key, size, config.vec_hidden, config.vec_out, out_gain=HIDDEN_GAIN,
+            activation=config.activation, final_activation=config.activation,
         )  # fmt: skip
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -182,7 +182,7 @@ class LPACBackbone(eqx.Module):
         self.gnn = tuple(gnn)
         self.embed = MLP(
             rng, feat, config.embed_hidden, config.embed_dim,
-            out_gain=HIDDEN_GAIN, activation="relu", final_activation="tanh",
+            out_gain=HIDDEN_GAIN, activation=config.activation, final_activation="tanh",
         )  # fmt: skip
 
     @property

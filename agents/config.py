@@ -11,6 +11,8 @@ from typing import Any
 
 from envs.validate import check_bool, check_int, check_ints, check_number
 
+ACTIVATIONS = ("relu", "tanh")  # what ActorConfig.activation may name
+
 
 @dataclasses.dataclass(frozen=True)
 class ActorConfig:
@@ -41,6 +43,11 @@ class ActorConfig:
     skill_embed_dim: int = 0  # 0 = condition on the skill one-hot; >0 = learned embedding
     executor_hidden: tuple[int, ...] = (128, 128)  # hidden sizes of the executor MLP
     log_std_init: float = -0.5  # initial state-independent log-std (canonical [-1,1] units)
+    # hidden activation of the vector encoder and the embedding MLP ("relu" | "tanh"; the
+    # CNN stays ReLU). "tanh" with vec_hidden=(), vec_out=64, gnn_layers=0,
+    # embed_hidden=(), embed_dim=64, executor_hidden=() is the 64-64 tanh MLP of the
+    # JaxMARL / purejaxrl PPO baselines
+    activation: str = "relu"
     squash: bool = False  # Box actions: False = clip a Gaussian sample, True = tanh-squash
 
     def __post_init__(self) -> None:
@@ -67,6 +74,9 @@ class ActorConfig:
         check_ints(f"{c}.executor_hidden", self.executor_hidden, 1, allow_empty=True)
         check_number(f"{c}.log_std_init", self.log_std_init)
         check_bool(f"{c}.squash", self.squash)
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"{c}.activation must be one of {ACTIVATIONS}, got "
+                             f"{self.activation!r}")
 
     @classmethod
     def lpac(cls, **overrides: Any) -> ActorConfig:

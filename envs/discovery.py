@@ -33,6 +33,10 @@ class Discovery(_swarm.TargetSwarmEnv):
         ``comm_radius`` per cell, 2 outside-the-world mask (``maps[c, iy, ix]``, iy up).
       - ``"vec"`` ``[9]``: own position in [-1, 1], velocity / max_speed, offset to the
         nearest undiscovered target and to the nearest other agent (/ world_size), t/T.
+      - ``obs_mode`` chooses: ``"maps"`` (both entries above, the default), ``"vec"``
+        (no maps: ``"vec"`` ``[9 + 2 * sectors]``, the above plus MERL-style sector
+        densities of the undiscovered targets and of the other agents, for an MLP executor) or
+        ``"both"`` (maps and the long vec); see :func:`envs._swarm.observe`.
 
     Rewards:
       - ``team_reward``: number of targets newly discovered this step (sparse).
@@ -57,6 +61,8 @@ class Discovery(_swarm.TargetSwarmEnv):
     comm_radius: float = eqx.field(static=True)
     sensor_radius: float = eqx.field(static=True)
     map_size: int = eqx.field(static=True)
+    obs_mode: str = eqx.field(static=True)
+    sectors: int = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
 
     def __init__(
@@ -71,10 +77,12 @@ class Discovery(_swarm.TargetSwarmEnv):
         comm_radius: float = 0.25,
         sensor_radius: float = 0.25,
         map_size: int = 16,
+        obs_mode: str = "maps",
+        sectors: int = 8,
     ):
         """``num_targets`` defaults to ``num_agents``; ``coupling`` must be <= ``num_agents``."""
         common = _swarm.check_common(num_agents, max_steps, world_size, max_speed,
-                                     comm_radius, sensor_radius, map_size)
+                                     comm_radius, sensor_radius, map_size, obs_mode, sectors)
         for name, value in common.items():
             setattr(self, name, value)
         self.num_targets = check_positive_int(

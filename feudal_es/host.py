@@ -34,7 +34,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from feudal_es.mappo import Batch, MAPPOConfig, TrainState, skill_ids, update
+from feudal_es.mappo import (
+    Batch,
+    MAPPOConfig,
+    TrainState,
+    skill_ids,
+    update,
+    update_fused,
+    uses_fused_update,
+)
 
 
 class HostEnvSpec:
@@ -355,10 +363,17 @@ def policy(period: int, deterministic: bool) -> Callable:
     return step
 
 
-def host_update(cfg: MAPPOConfig) -> Callable:
-    """The MAPPO update of the host path: :func:`feudal_es.mappo.update` as the JAX path
-    runs it (its jitted pieces are shared by every trainer; an outer ``jit`` would unroll
-    the epoch/minibatch loops into one program that compiles for tens of seconds)."""
+@functools.cache
+def _fused_update(cfg: MAPPOConfig) -> Callable:
+    return eqx.filter_jit(lambda ts, batch: update_fused(ts, batch, cfg))
+
+
+def host_update(cfg: MAPPOConfig, obs_space: gym.Space) -> Callable:
+    """The MAPPO update of the host path, as the JAX path chooses it
+    (:func:`feudal_es.mappo.uses_fused_update`): one jitted :func:`~feudal_es.mappo.
+    update_fused`, or the split update's jitted pieces (shared by every trainer)."""
+    if uses_fused_update(cfg, obs_space):
+        return _fused_update(cfg)
     return lambda ts, batch: update(ts, batch, cfg)
 
 

@@ -34,6 +34,8 @@ from agents import CentralCritic, Directive, FeudalActor, executor_filter
 from envs.base import SwarmEnv, auto_reset_step
 from envs.validate import check_bool, check_int, check_number
 
+UPDATE_MODES = ("auto", "fused", "split")
+
 
 # ---------------------------------------------------------------------------------------
 # configuration
@@ -61,6 +63,11 @@ class MAPPOConfig:
     norm_advantages: bool = True  # standardize advantages over the batch
     anneal_lr: bool = False  # linear lr decay to 0 over ``anneal_updates`` train steps
     anneal_updates: int = 1000  # horizon of the lr annealing
+    # "fused": the epochs x minibatches loop as one lax.scan inside the train step's one
+    # jit; "split": a Python loop over jitted pieces (XLA:CPU runs a convolution's
+    # gradient inside a loop body ~20x slower than in straight-line code); "auto": split
+    # when the actor reads image observations (a CNN), fused otherwise
+    update: str = "auto"
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -75,6 +82,8 @@ class MAPPOConfig:
             check_int(f"{c}.{name}", getattr(self, name), 1)
         for name in ("value_norm", "norm_advantages", "anneal_lr"):
             check_bool(f"{c}.{name}", getattr(self, name))
+        if self.update not in UPDATE_MODES:
+            raise ValueError(f"{c}.update must be one of {UPDATE_MODES}, got {self.update!r}")
         if (self.num_steps * self.num_envs) % self.minibatches:
             raise ValueError(
                 f"{c}.minibatches ({self.minibatches}) must divide num_steps * num_envs "
@@ -325,7 +334,6 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     return total, stats
 
 
-@eqx.filter_jit
 def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
     """GAE, the value-norm update and advantage normalization; flat ``[T*E, ...]`` data,
     one shuffle per epoch, and the rollout-side metrics."""
@@ -365,7 +373,6 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
     return ts._replace(value_norm=vn, key=key), data, perms, metrics
 
 
-@eqx.filter_jit
 def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig):
     """One clipped-PPO gradient step on the samples ``idx`` of ``data``."""
     actor_tx, critic_tx = make_optimizers(cfg)
@@ -386,27 +393,51 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     return ts, stats
 
 
+_prepare_jit = eqx.filter_jit(_prepare)
+_minibatch_step_jit = eqx.filter_jit(_minibatch_step)
+
+
 def update(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, dict]:
-    """GAE, value-norm update, then ``epochs x minibatches`` clipped-PPO steps.
+    """GAE, value-norm update, then ``epochs x minibatches`` clipped-PPO steps: a Python
+    loop over two jitted pieces (the "split" update).
 
     Only the executor's leaves of the actor (``agents.executor_filter``) and the critic
     are differentiated and updated; selector leaves pass through bit-identical.
 
-    The epoch/minibatch loops are Python loops over two jitted pieces rather than a
-    ``lax.scan``: XLA's CPU backend runs convolution gradients inside a loop body about
-    20x slower than in straight-line code (measured with the default actor: one
+    Why a Python loop: XLA's CPU backend runs convolution gradients inside a loop body
+    about 20x slower than in straight-line code (measured with the default actor: one
     full-batch gradient 1.6 s outside a scan, 32 s inside one), and a Python loop keeps
-    one compilation for all minibatches. Traced inside an outer ``jit`` the loops unroll.
+    one compilation for all minibatches. Without a CNN, :func:`update_fused` is faster.
     """
-    ts, data, perms, metrics = _prepare(ts, batch, cfg)
+    ts, data, perms, metrics = _prepare_jit(ts, batch, cfg)
     size = cfg.batch_size // cfg.minibatches
     stats = []
     for epoch in range(cfg.epochs):
         for m in range(cfg.minibatches):
-            ts, s = _minibatch_step(ts, data, perms[epoch, m * size:(m + 1) * size], cfg)
+            ts, s = _minibatch_step_jit(ts, data, perms[epoch, m * size:(m + 1) * size], cfg)
             stats.append(s)
     metrics.update({k: jnp.mean(jnp.stack([s[k] for s in stats])) for k in stats[0]})
     return ts._replace(update_step=ts.update_step + 1), metrics
+
+
+def update_fused(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, dict]:
+    """:func:`update` with the epochs x minibatches loop as one ``lax.scan`` (pure;
+    call it under ``jit``): the same minibatches in the same order, one program."""
+    ts, data, perms, metrics = _prepare(ts, batch, cfg)
+    size = cfg.batch_size // cfg.minibatches
+    order = perms.reshape(cfg.epochs * cfg.minibatches, size)
+    ts, stats = jax.lax.scan(lambda ts, idx: _minibatch_step(ts, data, idx, cfg), ts, order)
+    metrics.update({k: jnp.mean(v) for k, v in stats.items()})
+    return ts._replace(update_step=ts.update_step + 1), metrics
+
+
+def uses_fused_update(cfg: MAPPOConfig, obs_space: Any) -> bool:
+    """Whether ``cfg.update`` means the fused update for an actor reading ``obs_space``
+    ("auto": fused unless some observation entry is an image, rank 2 or 3)."""
+    if cfg.update != "auto":
+        return cfg.update == "fused"
+    spaces = obs_space.spaces.values() if hasattr(obs_space, "spaces") else [obs_space]
+    return all(len(space.shape) == 1 for space in spaces)
 
 
 # ---------------------------------------------------------------------------------------
@@ -485,22 +516,35 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
 
 def make_train_step(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,
                                                                                     dict]]:
-    """``train_step(ts) -> (ts, metrics)``: collect ``num_steps x num_envs`` (one jitted
-    ``lax.scan``) and :func:`update` (jitted pieces). ``metrics`` holds the rollout
-    statistics (``episode_return``, ``team_return``, ``env_reward``, ``team_reward``,
-    ``episodes``), the losses (``policy_loss``, ``value_loss``, ``entropy``),
-    ``approx_kl``, ``clip_fraction``, ``explained_variance``, ``grad_norm`` and
-    ``env_steps``."""
-    collect_jit = eqx.filter_jit(lambda ts: collect(env, ts, cfg))
+    """``train_step(ts) -> (ts, metrics)``: collect ``num_steps x num_envs`` (``lax.scan``
+    over time, ``vmap`` over envs), then the update: the whole step one jitted program
+    with the fused update, or the jitted collection and the split update's jitted pieces
+    (see ``MAPPOConfig.update``). ``metrics`` holds the rollout statistics
+    (``episode_return``, ``team_return``, ``env_reward``, ``team_reward``, ``episodes``),
+    the losses (``policy_loss``, ``value_loss``, ``entropy``), ``approx_kl``,
+    ``clip_fraction``, ``explained_variance``, ``grad_norm`` and ``env_steps``."""
 
-    def train_step(ts: TrainState) -> tuple[TrainState, dict]:
-        ts, batch, rollout_stats = collect_jit(ts)
-        ts, metrics = update(ts, batch, cfg)
+    def finish(ts: TrainState, metrics: dict, rollout_stats: dict) -> tuple[TrainState, dict]:
         metrics.update(rollout_stats)
         metrics["env_steps"] = ts.env_steps
         return ts, metrics
 
-    return train_step
+    if uses_fused_update(cfg, env.observation_space):
+
+        @eqx.filter_jit
+        def fused_step(ts: TrainState) -> tuple[TrainState, dict]:
+            ts, batch, rollout_stats = collect(env, ts, cfg)
+            return finish(*update_fused(ts, batch, cfg), rollout_stats)
+
+        return fused_step
+
+    collect_jit = eqx.filter_jit(lambda ts: collect(env, ts, cfg))
+
+    def split_step(ts: TrainState) -> tuple[TrainState, dict]:
+        ts, batch, rollout_stats = collect_jit(ts)
+        return finish(*update(ts, batch, cfg), rollout_stats)
+
+    return split_step
 
 
 def make_rollout(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,

@@ -104,7 +104,7 @@ class HostRuntime:
         self.skill_names = self.spec.skill_names
         self._probe = probe  # the collector's first copy, built lazily with the state
         self.collector: host.HostCollector | None = None
-        self.update = host.host_update(config.mappo)
+        self.update = host.host_update(config.mappo, self.spec.observation_space)
         make_evaluator = functools.partial(
             host.HostEvaluator, env.make, self.spec, config.episodes,
             config.mappo.selector_period, config.deterministic_eval,

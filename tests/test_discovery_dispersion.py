@@ -298,6 +298,51 @@ def test_comm_graph_maps_vec_match_numpy(env_cls):
     assert gstate.shape == (env.global_state_size,) == (4 * 6 + 3 * 5 + 1,)
 
 
+def np_sectors(origin, points, sectors, scale):
+    """Sector densities by their definition: each point adds 1 / (1 + d / scale) to the
+    sector of its angle, sector k covering [-pi + k * 2pi/S, -pi + (k + 1) * 2pi/S)."""
+    out = np.zeros(sectors)
+    for p in points:
+        dx, dy = p - origin
+        k = min(int(np.floor((np.arctan2(dy, dx) + np.pi) / (2 * np.pi / sectors))),
+                sectors - 1)
+        out[k] += 1.0 / (1.0 + np.hypot(dx, dy) / scale)
+    return out
+
+
+@pytest.mark.parametrize("env_cls", [Discovery, Dispersion])
+def test_vector_observation_modes_match_numpy(env_cls):
+    """``obs_mode="vec"``: no maps, the maps-mode vec followed by the sector densities of
+    the open targets and of the other agents (numpy, by definition); ``"both"``: the
+    maps of ``"maps"`` and the long vec. The spaces follow the mode."""
+    kw = dict(num_agents=6, comm_radius=0.25, sensor_radius=0.25, map_size=8, max_steps=10,
+              sectors=4)
+    kw["num_targets" if env_cls is Discovery else "num_goals"] = 5
+    pos = np.array([[0.5, 0.5], [0.75, 0.5], [0.03125, 0.96875], [0.5, 0.625],
+                    [0.90625, 0.125], [0.1875, 0.3125]])
+    targets = np.array([[0.546875, 0.5625], [0.109375, 0.859375], [0.8125, 0.203125],
+                        [0.5, 0.53125], [0.0625, 0.15625]])
+    found = np.array([False, False, False, True, False])
+    state = make_state(pos, targets, found, t=4)
+    maps_obs = env_cls(**kw).observe(state)
+    vec_env, both_env = env_cls(**kw, obs_mode="vec"), env_cls(**kw, obs_mode="both")
+    vec, both = vec_env.observe(state), both_env.observe(state)
+    assert set(vec) == {"vec"} and set(both) == {"maps", "vec"}
+    want = np.stack([np.concatenate([
+        np_sectors(pos[i], targets[~found], 4, 0.25),
+        np_sectors(pos[i], np.delete(pos, i, axis=0), 4, 0.25)]) for i in range(6)])
+    assert (want[:, :4] > 0).sum() >= 12 and (want[:, 4:] > 0).sum() >= 12  # spread out
+    np.testing.assert_allclose(np.asarray(vec["vec"][:, :9]), np.asarray(maps_obs["vec"]),
+                               atol=1e-7)
+    np.testing.assert_allclose(np.asarray(vec["vec"][:, 9:]), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(both["vec"]), np.asarray(vec["vec"]))
+    np.testing.assert_array_equal(np.asarray(both["maps"]), np.asarray(maps_obs["maps"]))
+    assert vec_env.observation_space["vec"].shape == (9 + 2 * 4,)
+    assert set(vec_env.observation_space.spaces) == {"vec"}
+    with pytest.raises(ValueError, match="obs_mode"):
+        env_cls(obs_mode="pixels")
+
+
 # --- reference policies beat random --------------------------------------------------
 
 
