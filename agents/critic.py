@@ -58,4 +58,12 @@ class CentralCritic(eqx.Module):
         return jnp.concatenate([gs, ids, sk], axis=-1)
 
     def __call__(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
-        return jax.vmap(self.mlp)(self.inputs(global_state, skill))[:, 0]
+        """Values [N]: ``MLP(inputs(global_state, skill))`` per agent. The first layer is
+        evaluated as ``W_state @ global_state`` once, plus the weight columns the one-hots
+        pick (agent id, skill): the same function with N-fold less work on the shared
+        global state, the critic's largest input."""
+        first = self.mlp.layers[0]
+        g, n = global_state.shape[-1], self.num_agents
+        shared = first.weight[:, :g] @ global_state.astype(jnp.float32) + first.bias
+        per_agent = first.weight[:, g:g + n].T + first.weight[:, g + n:].T[skill]
+        return jax.vmap(self.mlp.from_first)(shared[None, :] + per_agent)[:, 0]

@@ -200,13 +200,22 @@ class MLP(eqx.Module):
         return self.layers[-1].weight.shape[0]
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        return self.from_first(self.layers[0](x))
+
+    def from_first(self, x: jax.Array) -> jax.Array:
+        """The MLP's output given its first linear layer's output ``x`` (so a caller can
+        compute that layer more cheaply, e.g. sharing the part of it that many samples
+        have in common)."""
         act = _ACTIVATIONS[self.activation]
-        for i, layer in enumerate(self.layers[:-1]):
-            x = layer(x)
+        for i in range(len(self.layers) - 1):
+            if i > 0:
+                x = self.layers[i](x)
             if self.norms is not None:
                 x = self.norms[i](x)
             x = act(x)
-        return _ACTIVATIONS[self.final_activation](self.layers[-1](x))
+        if len(self.layers) > 1:
+            x = self.layers[-1](x)
+        return _ACTIVATIONS[self.final_activation](x)
 
 
 def count_params(tree: object) -> int:

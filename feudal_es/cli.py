@@ -59,11 +59,16 @@ def _import_modules(names: Sequence[str] | None) -> None:
 def _load_trainer(path: str, env: str | None = None):
     """An ESTrainer holding a run's newest checkpoint (a run dir) or one checkpoint file."""
     from feudal_es.checkpoint import SUFFIX, CheckpointManager
+    from feudal_es.seeds import seed_dirs
     from feudal_es.trainer import ESTrainer
 
     p = Path(path)
     if p.is_dir():
         latest = CheckpointManager(p).latest()
+        seeds = seed_dirs(p)
+        if latest is None and seeds:
+            raise ValueError(f"{p} is a run of {len(seeds)} seeds; name one of its seed "
+                             f"directories, e.g. {next(iter(seeds.values()))}")
         if latest is None:
             raise ValueError(f"{p} holds no checkpoint (ckpt_*{SUFFIX}); is it a run "
                              "directory?")
@@ -93,6 +98,13 @@ def _train_config(args: argparse.Namespace, base: Any = None):
         sets["n_outer"] = args.n_outer
     if getattr(args, "seed", None) is not None:
         sets["seed"] = args.seed
+    if getattr(args, "seeds", None):
+        sets["seeds"] = list(args.seeds)
+    if getattr(args, "num_seeds", None):
+        if args.seeds:
+            raise ValueError("--seeds and --num-seeds: give one of them")
+        first = sets.get("seed", cfg.seed)
+        sets["seeds"] = list(range(first, first + args.num_seeds))
     for text in args.set or ():
         k, v = parse_assignment(text)
         sets[k] = v
@@ -100,11 +112,14 @@ def _train_config(args: argparse.Namespace, base: Any = None):
 
 
 def _run_training(trainer, progress: bool) -> int:
+    """Run an ``ESTrainer`` or a ``MultiSeedTrainer`` and print where everything went."""
     cfg = trainer.config
-    print(f"feudal-es: training {cfg.env} ({trainer.env.kind} path), mode {cfg.mode}, "
+    members = getattr(trainer, "trainers", [trainer])
+    seeds = f", seeds {list(cfg.run_seeds)} in one program" if len(members) > 1 else ""
+    print(f"feudal-es: training {cfg.env} ({members[0].env.kind} path), mode {cfg.mode}, "
           f"{cfg.n_outer} rounds from round {trainer.round}, "
           f"population {cfg.es.num_candidates} x {cfg.episodes} episodes, "
-          f"selector {trainer.selector_size} parameters", flush=True)
+          f"selector {members[0].selector_size} parameters{seeds}", flush=True)
     t0 = time.perf_counter()
     try:
         trainer.run(progress=progress)
@@ -128,6 +143,15 @@ def _run_training(trainer, progress: bool) -> int:
               f"{e.filename or trainer.run_dir}); {kept}; free space, then continue with: "
               f"feudal-es train --resume {trainer.run_dir}", file=sys.stderr)
         return 1
+    if len(members) > 1:
+        print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds of "
+              f"{len(members)} seeds; run dir: {trainer.run_dir}")
+        for t in members:
+            last = t.history[-1] if t.history else {}
+            print(f"seed {t.config.seed}: selector fitness "
+                  f"{_fmt(last.get('selector_fitness'))} (best {_fmt(t.best_fitness)}); "
+                  f"{t.rundir.path}")
+        return 0
     last = trainer.history[-1] if trainer.history else {}
     rd = trainer.rundir
     written = lambda p: p if p.exists() else "(not written)"
@@ -153,28 +177,39 @@ def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
         Path(run_dir).resolve()))
 
 
+def _trainer(config: Any, out: str | None) -> Any:
+    """An ESTrainer for one seed, a MultiSeedTrainer for several."""
+    from feudal_es.seeds import MultiSeedTrainer
+    from feudal_es.trainer import ESTrainer
+
+    if len(config.run_seeds) > 1:
+        return MultiSeedTrainer(config, out)
+    return ESTrainer(config, out)
+
+
 def _train(args: argparse.Namespace) -> int:
+    from feudal_es.seeds import MultiSeedTrainer, seed_dirs
     from feudal_es.trainer import ESTrainer
 
     if args.resume:
-        if args.config or args.set or args.mode or args.out:
+        if args.config or args.set or args.mode or args.out or args.seeds or args.num_seeds:
             raise ValueError("--resume continues a run with its own config; only --n-outer "
                              "(and --env repeating the run's env) may be given with it")
-        trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer, env=args.env)
+        resume = (MultiSeedTrainer.resume if seed_dirs(args.resume) else ESTrainer.resume)
+        trainer = resume(args.resume, n_outer=args.n_outer, env=args.env)
     else:
-        trainer = ESTrainer(_train_config(args), args.out)
+        trainer = _trainer(_train_config(args), args.out)
     return _run_training(trainer, progress=not args.no_progress)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from feudal_es.config import demo_config
-    from feudal_es.trainer import ESTrainer
 
     args.config = None
     cfg = _train_config(args, demo_config())
     print("feudal-es demo: MERL on a bundled swarm env with a compact actor sized for a CPU "
           "(feudal_es.config.demo_config); `feudal-es train --help` for the full tool.")
-    return _run_training(ESTrainer(cfg, args.out), progress=not args.no_progress)
+    return _run_training(_trainer(cfg, args.out), progress=not args.no_progress)
 
 
 # ---------------------------------------------------------------------------------------
@@ -306,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="merl: ES + MAPPO; es: executor frozen; mappo: selector frozen")
         p.add_argument("--n-outer", type=int, help="outer MERL rounds")
         p.add_argument("--seed", type=int)
+        p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                       help="train these seeds in one program (vmapped, split over the CPU "
+                            "devices), each in RUN_DIR/seed_<s>/")
+        p.add_argument("--num-seeds", type=int, metavar="N",
+                       help="train seeds SEED .. SEED+N-1 in one program (see --seeds)")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a config entry (repeatable), e.g. es.sigma=0.1, "
                             "env_kwargs.num_agents=4, actor.embed_dim=32")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import ActorConfig, CriticConfig
-from envs.validate import check_bool, check_int, check_number
+from envs.validate import check_bool, check_int, check_ints, check_number
 from feudal_es.es import ESConfig
 from feudal_es.mappo import MAPPOConfig
 
@@ -77,6 +77,9 @@ class TrainerConfig:
     episodes: int = 4  # episodes per team-fitness evaluation
     deterministic_eval: bool = True  # executor mode (not a sample) during fitness episodes
     seed: int = 0
+    # many seeds in one program (feudal_es.seeds): () = the one run of ``seed``; else every
+    # seed listed, each a run of this config with that seed, in run_dir/seed_<s>/
+    seeds: tuple[int, ...] = ()
     es: ESConfig = dataclasses.field(default_factory=ESConfig)
     mappo: MAPPOConfig = dataclasses.field(default_factory=MAPPOConfig)
     actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
@@ -122,6 +125,10 @@ class TrainerConfig:
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
         for name in ("deterministic_eval", "gif"):
             check_bool(f"{c}.{name}", getattr(self, name))
+        seeds = tuple(self.seeds) if isinstance(self.seeds, list) else self.seeds
+        object.__setattr__(self, "seeds", check_ints(f"{c}.seeds", seeds, 0))
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"{c}.seeds must be distinct, got {list(self.seeds)}")
         for name in NESTED_CONFIGS:
             object.__setattr__(self, name, _nested(c, name, getattr(self, name)))
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
@@ -158,6 +165,15 @@ class TrainerConfig:
         except json.JSONDecodeError as e:
             raise ValueError(f"config file {path} is not valid JSON: {e}") from None
         return cls.from_dict(data)
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        """The seeds this config trains: ``seeds``, or ``(seed,)``."""
+        return self.seeds or (self.seed,)
+
+    def for_seed(self, seed: int) -> TrainerConfig:
+        """The one-seed config of ``seed`` (what each seed of a many-seed run trains)."""
+        return dataclasses.replace(self, seed=seed, seeds=())
 
     def override(self, assignments: Mapping[str, Any]) -> TrainerConfig:
         """A copy with dotted-path assignments applied, e.g. ``{"es.sigma": 0.1,

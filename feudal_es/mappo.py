@@ -177,12 +177,31 @@ def learned(ts: TrainState) -> Learned:
     return Learned(ts.actor, ts.critic, ts.actor_opt_state, ts.critic_opt_state, ts.value_norm)
 
 
-@eqx.filter_jit
 def all_finite(tree: Any) -> jax.Array:
-    """True iff every floating-point leaf of ``tree`` is finite (one jitted reduction)."""
+    """True iff every floating-point leaf of ``tree`` is finite."""
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(
         eqx.filter(tree, eqx.is_inexact_array))]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+LOSS_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
+
+
+def keep_finite(before: TrainState, after: TrainState, metrics: dict
+                ) -> tuple[TrainState, jax.Array]:
+    """``(ts, skipped)``: ``after``, or, when its learner or a loss is non-finite, ``after``
+    with the learner (networks, optimizer and value-norm statistics) and update counter
+    of ``before`` — the rollout (env states, key, step counter) moves on, so the next
+    step sees new data instead of repeating the same blow-up. Pure (vmap it over seeds)."""
+    finite = all_finite(learned(after))
+    for k in LOSS_KEYS:
+        if k in metrics:
+            finite = finite & jnp.isfinite(metrics[k])
+    pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+    kept = pick(learned(after), learned(before))
+    ts = after._replace(**kept._asdict(),
+                        update_step=jnp.where(finite, after.update_step, before.update_step))
+    return ts, ~finite
 
 
 class Batch(NamedTuple):
@@ -514,35 +533,33 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     return ts, batch, stats
 
 
+def fused_train_step(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig
+                     ) -> tuple[TrainState, dict]:
+    """One train step as a pure function (collect, then :func:`update_fused`): what
+    :func:`make_train_step` jits when the update is fused; ``vmap`` it over seeds."""
+    ts, batch, rollout_stats = collect(env, ts, cfg)
+    ts, metrics = update_fused(ts, batch, cfg)
+    return ts, {**metrics, **rollout_stats, "env_steps": ts.env_steps}
+
+
 def make_train_step(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,
                                                                                     dict]]:
     """``train_step(ts) -> (ts, metrics)``: collect ``num_steps x num_envs`` (``lax.scan``
     over time, ``vmap`` over envs), then the update: the whole step one jitted program
-    with the fused update, or the jitted collection and the split update's jitted pieces
-    (see ``MAPPOConfig.update``). ``metrics`` holds the rollout statistics
-    (``episode_return``, ``team_return``, ``env_reward``, ``team_reward``, ``episodes``),
-    the losses (``policy_loss``, ``value_loss``, ``entropy``), ``approx_kl``,
-    ``clip_fraction``, ``explained_variance``, ``grad_norm`` and ``env_steps``."""
-
-    def finish(ts: TrainState, metrics: dict, rollout_stats: dict) -> tuple[TrainState, dict]:
-        metrics.update(rollout_stats)
-        metrics["env_steps"] = ts.env_steps
-        return ts, metrics
-
+    with the fused update (:func:`fused_train_step`), or the jitted collection and the
+    split update's jitted pieces (see ``MAPPOConfig.update``). ``metrics`` holds the
+    rollout statistics (``episode_return``, ``team_return``, ``env_reward``,
+    ``team_reward``, ``episodes``), the losses (``policy_loss``, ``value_loss``,
+    ``entropy``), ``approx_kl``, ``clip_fraction``, ``explained_variance``, ``grad_norm``
+    and ``env_steps``."""
     if uses_fused_update(cfg, env.observation_space):
-
-        @eqx.filter_jit
-        def fused_step(ts: TrainState) -> tuple[TrainState, dict]:
-            ts, batch, rollout_stats = collect(env, ts, cfg)
-            return finish(*update_fused(ts, batch, cfg), rollout_stats)
-
-        return fused_step
-
+        return eqx.filter_jit(lambda ts: fused_train_step(env, ts, cfg))
     collect_jit = eqx.filter_jit(lambda ts: collect(env, ts, cfg))
 
     def split_step(ts: TrainState) -> tuple[TrainState, dict]:
         ts, batch, rollout_stats = collect_jit(ts)
-        return finish(*update(ts, batch, cfg), rollout_stats)
+        ts, metrics = update(ts, batch, cfg)
+        return ts, {**metrics, **rollout_stats, "env_steps": ts.env_steps}
 
     return split_step
 

@@ -29,18 +29,20 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["AXIS", "population_mesh", "replicate", "shard_population", "to_local"]
+__all__ = ["AXIS", "SEED_AXIS", "batch_sharding", "population_mesh", "replicate",
+           "shard_batched", "shard_population", "to_local"]
 
 AXIS = "pop"
+SEED_AXIS = "seed"  # the mesh axis of many seeds trained in one program (feudal_es.seeds)
 
 
-def population_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A 1-D mesh (axis ``"pop"``) over ``devices`` (default: all of ``jax.devices()``,
-    every host's after ``jax.distributed.initialize``)."""
+def population_mesh(devices: Sequence[jax.Device] | None = None, axis: str = AXIS) -> Mesh:
+    """A 1-D mesh (axis ``"pop"``, or ``axis``) over ``devices`` (default: all of
+    ``jax.devices()``, every host's after ``jax.distributed.initialize``)."""
     devs = list(jax.devices() if devices is None else devices)
     if not devs:
         raise ValueError("population_mesh needs at least one device")
-    return Mesh(np.array(devs), (AXIS,))
+    return Mesh(np.array(devs), (axis,))
 
 
 def shard_population(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
@@ -76,6 +78,35 @@ def shard_population(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
         return jax.tree.map(lambda x: x[:num], out) if pad else out
 
     return sharded
+
+
+def shard_batched(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+    """``fn(*args)`` where every array leaf of every argument and of the output has a
+    leading batch axis (e.g. seeds) that ``mesh``'s one axis splits: each device runs
+    ``fn`` on its own rows, nothing is exchanged between devices. The batch must divide
+    the mesh size. Non-array leaves (an Equinox module's static parts) pass through.
+    Call it inside ``jit``."""
+    (name,) = mesh.axis_names
+    spec = P(name)
+
+    def sharded(*args: Any) -> Any:
+        dynamic, static = eqx.partition(args, eqx.is_array)
+        out_static = eqx.filter(eqx.filter_eval_shape(fn, *args),
+                                lambda x: not isinstance(x, jax.ShapeDtypeStruct))
+
+        def local(dyn: Any) -> Any:
+            return eqx.filter(fn(*eqx.combine(dyn, static)), eqx.is_array)
+
+        out = jax.shard_map(local, mesh=mesh, in_specs=(spec,), out_specs=spec,
+                            check_vma=False)(dynamic)
+        return eqx.combine(out, out_static)
+
+    return sharded
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Where a batched array lives: its leading axis split over ``mesh``'s one axis."""
+    return NamedSharding(mesh, P(*mesh.axis_names))
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:

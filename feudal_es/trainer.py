@@ -21,14 +21,12 @@ import logging
 import math
 import os
 import re
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,22 +37,14 @@ from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
 from feudal_es.rundir import RunDir, clean, default_run_dir
 from feudal_es.runtime import make_runtime
+from feudal_es.signals import StopOnSignals, TrainingInterrupted
 
 __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
            "TrainingInterrupted", "UntrustedEnvError", "chain_key", "parse_assignment",
            "resolve_env", "root_keys"]
 
 log = logging.getLogger("feudal_es.trainer")
-_LOSS_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped by SIGINT/SIGTERM. ``graceful``: the round in progress was
-    finished and checkpointed; else every completed round was. ``round``: rounds done."""
-
-    def __init__(self, signum: int, round_: int, graceful: bool):
-        super().__init__(f"stopped by {signal.Signals(signum).name} after {round_} rounds")
-        self.signum, self.round, self.graceful = signum, round_, graceful
+_keep_finite = eqx.filter_jit(mappo.keep_finite)
 
 
 class KeySchedule(NamedTuple):
@@ -110,7 +100,7 @@ class ESTrainer:
         self._pbar: Any = None
         self._end = 0
         self._user_on_round: Callable[[dict], None] | None = None
-        self._stop_signal: int | None = None
+        self._stop = StopOnSignals(lambda: self.round)
 
     # --- fitness -------------------------------------------------------------------
     @property
@@ -165,21 +155,23 @@ class ESTrainer:
         if self.config.mode == "es":
             return ts
         t0 = time.perf_counter()
-        before = ts
-        ts, metrics = self.runtime.train_step(ts)
+        after, metrics = self.runtime.train_step(ts)
+        ts, skipped = _keep_finite(ts, after, metrics)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        bad = [k for k in _LOSS_KEYS if k in metrics and not math.isfinite(metrics[k])]
-        skipped = bool(bad) or not bool(mappo.all_finite(mappo.learned(ts)))
-        if skipped:
-            # new data next time instead of repeating the same blow-up
-            ts = ts._replace(**mappo.learned(before)._asdict(), update_step=before.update_step)
+        metrics["skipped_updates"] = float(skipped)
+        metrics["sps"] = self.config.mappo.batch_size / (time.perf_counter() - t0)
+        self.record_mappo(metrics)
+        return ts
+
+    def record_mappo(self, metrics: dict[str, float]) -> None:
+        """Keep one train step's (host) metrics for the round's row; warn about a skipped
+        (non-finite) update."""
+        if metrics["skipped_updates"]:
+            bad = [k for k in mappo.LOSS_KEYS if k in metrics and not math.isfinite(metrics[k])]
             log.warning("round %d: MAPPO update skipped: non-finite %s; the executor and "
                         "critic keep their last finite parameters", self.round,
                         ", ".join(bad) if bad else "parameters after the update")
-        metrics["skipped_updates"] = float(skipped)
-        metrics["sps"] = self.config.mappo.batch_size / (time.perf_counter() - t0)
         self.round_metrics.append(metrics)
-        return ts
 
     # --- run ---------------------------------------------------------------------------
     @property
@@ -210,39 +202,23 @@ class ESTrainer:
         end = cfg.n_outer if rounds is None else min(cfg.n_outer, start + int(rounds))
         if end <= start:
             return self.history
-        if self._fresh and start == 0:
-            self.rundir.start(cfg.to_dict())
-        self._fresh = False
-        self.rundir.ensure(cfg.to_dict())
-        self._t_start = self._t_round = time.perf_counter()
-        self._end, self._user_on_round, self._stop_signal = end, on_round, None
+        self.start_rounds(end, on_round)
         if progress:
             from tqdm import tqdm
 
             self._pbar = tqdm(total=cfg.n_outer, initial=start, unit="round",
                               dynamic_ncols=True, desc=cfg.mode)
         try:
-            with self._stop_on_signals():
+            with self._stop:
                 self._rounds(start, end)
         except KeyboardInterrupt:
-            if self.round > start and not self.rundir.has_checkpoint(self.round):
-                self.save_checkpoint()  # keep every completed round
+            self.keep_completed(start)
             raise
         except FloatingPointError as e:  # every ES member non-finite: nothing was written
-            latest = self.rundir.checkpoints.latest()
-            cause = re.sub(r"^ES round \d+: ", "", str(e))  # merl_coexist counts from 0
-            raise FloatingPointError(
-                f"round {self.round}: {cause}. The run stopped without writing this round; "
-                f"{'the last checkpoint is ' + str(latest) if latest else 'no checkpoint yet'}"
-            ) from None
+            raise self.unwritten_round(e) from None
         finally:
-            self._wall_offset, self._t_start = self._wall(), 0.0
-            if self._pbar is not None:
-                self._pbar.close()
-                self._pbar = None
-            self.rundir.flush()
-        if self.round >= cfg.n_outer and cfg.gif:
-            self.write_gif(self.rundir.gif)
+            self.stop_rounds()
+        self.final_gif()
         return self.history
 
     def _rounds(self, start: int, end: int) -> None:
@@ -265,14 +241,33 @@ class ESTrainer:
             generation_fn=lambda k, s, ts: self.runtime.generation(k, s, ts.actor,
                                                                    self.round_eval_key()))
 
-    def _wall(self) -> float:
-        return self._wall_offset + (time.perf_counter() - self._t_start if self._t_start else 0.0)
-
     def _on_round(self, ts: mappo.TrainState, es_state: es.ESState, info: dict | None) -> None:
-        """After each round: evaluate the current selector, commit, write, report."""
+        self.finish_round(ts, es_state, info)
+        if self._stop.signum is not None and self.round < self._end:
+            self.save_checkpoint_if_new()
+            self._stop.stop(self.round)
+
+    # --- the round lifecycle (also driven by feudal_es.seeds for many seeds at once) ----
+    def start_rounds(self, end: int, on_round: Callable[[dict], None] | None = None) -> None:
+        """Before rounds up to ``end``: the run directory (a fresh run refuses one that
+        holds a run), clocks, the user callback."""
+        cfg = self.config
+        if self._fresh and self.round == 0:
+            self.rundir.start(cfg.to_dict())
+        self._fresh = False
+        self.rundir.ensure(cfg.to_dict())
+        self._t_start = self._t_round = time.perf_counter()
+        self._end, self._user_on_round = end, on_round
+
+    def finish_round(self, ts: mappo.TrainState, es_state: es.ESState, info: dict | None,
+                     evaluation: tuple[np.ndarray, dict] | None = None,
+                     seconds: float | None = None) -> dict:
+        """After a round: evaluate the current selector (or take ``evaluation``, its team
+        returns ``[1, E]`` and env metrics), commit the round, write it, report it.
+        ``seconds``: the round's wall time (default: since the last round ended)."""
         r = self.round
         theta = selector_theta(ts.actor)
-        row = self._round_row(ts, theta, info)
+        row = self._round_row(ts, theta, info, evaluation, seconds)
         # commit the round in one statement (an interrupt sees all of it or none)
         self.ts, self.es_state, self.round, self.history = ts, es_state, r + 1, [
             *self.history, row]
@@ -287,17 +282,51 @@ class ESTrainer:
             self._pbar.update(1)
         if self._user_on_round is not None:
             self._user_on_round(row)
-        if self._stop_signal is not None and self.round < self._end:
-            if not self.rundir.has_checkpoint(self.round):
-                self.save_checkpoint()
-            raise TrainingInterrupted(self._stop_signal, self.round, graceful=True)
+        return row
 
-    def _round_row(self, ts: mappo.TrainState, theta: jax.Array, info: dict | None) -> dict:
+    def save_checkpoint_if_new(self) -> None:
+        """Checkpoint the current round unless its checkpoint exists."""
+        if not self.rundir.has_checkpoint(self.round):
+            self.save_checkpoint()
+
+    def keep_completed(self, start: int) -> None:
+        """After an interruption: checkpoint the rounds completed since ``start``."""
+        if self.round > start:
+            self.save_checkpoint_if_new()
+
+    def unwritten_round(self, err: FloatingPointError) -> FloatingPointError:
+        """The error for a round that stopped before writing (every ES member
+        non-finite), naming the last checkpoint."""
+        latest = self.rundir.checkpoints.latest()
+        cause = re.sub(r"^ES round \d+: ", "", str(err))  # merl_coexist counts from 0
+        return FloatingPointError(
+            f"round {self.round}: {cause}. The run stopped without writing this round; "
+            f"{'the last checkpoint is ' + str(latest) if latest else 'no checkpoint yet'}")
+
+    def stop_rounds(self) -> None:
+        """After the rounds (however they ended): clocks, progress bar, TensorBoard."""
+        self._wall_offset, self._t_start = self._wall(), 0.0
+        if self._pbar is not None:
+            self._pbar.close()
+            self._pbar = None
+        self.rundir.flush()
+
+    def final_gif(self) -> None:
+        """The final episode GIF, once the run has reached ``n_outer`` (if enabled)."""
+        if self.round >= self.config.n_outer and self.config.gif:
+            self.write_gif(self.rundir.gif)
+
+    def _wall(self) -> float:
+        return self._wall_offset + (time.perf_counter() - self._t_start if self._t_start else 0.0)
+
+    def _round_row(self, ts: mappo.TrainState, theta: jax.Array, info: dict | None,
+                   evaluation: tuple[np.ndarray, dict] | None, seconds: float | None) -> dict:
         """The round's ``metrics.jsonl`` row: the current selector on the evaluation
         episodes, the ES generation's info, MAPPO's metrics, failures, throughput."""
-        ret, env_metrics = self.rollout_stats(theta[None], self.keys.eval, actor=ts.actor)
+        ret, env_metrics = evaluation or self.rollout_stats(theta[None], self.keys.eval,
+                                                            actor=ts.actor)
         now = time.perf_counter()
-        dt, self._t_round = now - self._t_round, now
+        dt, self._t_round = now - self._t_round if seconds is None else seconds, now
         row: dict[str, Any] = {"round": self.round, "env_steps": int(ts.env_steps),
                                "selector_fitness": float(ret.mean()),
                                "selector_fitness_std": float(ret.std())}
@@ -337,35 +366,6 @@ class ESTrainer:
             rd.save_plot(self.history, f"{cfg.env} ({cfg.mode}, seed {cfg.seed})")
         if self.round % cfg.checkpoint_every == 0 or last:
             self.save_checkpoint()
-
-    @contextmanager
-    def _stop_on_signals(self) -> Iterator[None]:
-        """SIGINT/SIGTERM -> finish the round, checkpoint, stop (a second signal: stop now).
-
-        Installed only on the main thread and only over the default handlers (a handler
-        the caller installed is left alone)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-        previous = {s: signal.getsignal(s) for s in defaults}
-
-        def on_signal(signum: int, frame: Any) -> None:
-            if self._stop_signal is not None:
-                raise TrainingInterrupted(signum, self.round, graceful=False)
-            self._stop_signal = signum
-            log.warning("%s: finishing the round in progress (%d done so far), then "
-                        "checkpointing and stopping (send it again to stop at once)",
-                        signal.Signals(signum).name, self.round)
-
-        installed = [s for s in defaults if previous[s] is defaults[s]]
-        for s in installed:
-            signal.signal(s, on_signal)
-        try:
-            yield
-        finally:
-            for s in installed:
-                signal.signal(s, previous[s])
 
     # --- checkpoints -----------------------------------------------------------------------
     def checkpoint_metadata(self) -> dict[str, Any]:
@@ -425,7 +425,7 @@ class ESTrainer:
     # --- resume ---------------------------------------------------------------------------
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, n_outer: int | None = None,
-               env: str | None = None) -> ESTrainer:
+               env: str | None = None, at_round: int | None = None) -> ESTrainer:
         """A trainer continuing ``run_dir`` from its newest checkpoint.
 
         The config comes from the checkpoint (``n_outer`` may be raised); the template is
@@ -435,10 +435,13 @@ class ESTrainer:
 
         The checkpoint is data: a ``"module:attr"`` env it names is not imported unless
         the caller names the same id as ``env`` (:class:`UntrustedEnvError` otherwise).
+        ``at_round`` resumes from that round's checkpoint instead of the newest.
         """
         run_dir = Path(run_dir)
         mgr = checkpoint.CheckpointManager(run_dir)
-        latest = mgr.latest()
+        latest = mgr.latest() if at_round is None else mgr.path(at_round)
+        if at_round is not None and not latest.is_file():
+            raise ValueError(f"cannot resume {run_dir} at round {at_round}: no {latest.name}")
         if latest is None:
             raise ValueError(f"cannot resume {run_dir}: no checkpoint "
                              f"(ckpt_*{checkpoint.SUFFIX}) in it")
@@ -458,8 +461,9 @@ class ESTrainer:
         resolved = resolve_env(config.env, config.env_kwargs,
                                source=None if env is not None else f"checkpoint {latest}")
         trainer = cls(config, run_dir, resolved=resolved)
-        tree, meta = mgr.load_latest(trainer.checkpoint_tree(),
-                                     expect=trainer.checkpoint_expect())
+        template, expect = trainer.checkpoint_tree(), trainer.checkpoint_expect()
+        tree, meta = (mgr.load_latest(template, expect) if at_round is None
+                      else checkpoint.load(latest, template, expect))
         trainer._restore(tree, meta)
         if n_outer is not None:  # the run's config.json says what it now runs to
             trainer.rundir.write_config(config.to_dict())
