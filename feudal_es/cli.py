@@ -279,23 +279,38 @@ def _eval(args: argparse.Namespace) -> int:
 # envs / render
 # ---------------------------------------------------------------------------------------
 def _envs(args: argparse.Namespace) -> int:
-    import pettingzoo
-
     import envs
+    from envs.jaxmarl_env import INSTALL_HINT, jaxmarl_ids
+    from feudal_es.resolve import JAXMARL_PREFIX, importable_ids
 
-    bundled = set(envs.register_bundled_envs())
-    ids = sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+    bundled = sorted(envs.register_bundled_envs())
+    jaxmarl = [JAXMARL_PREFIX + name for name in jaxmarl_ids()]
+    registered, missing = importable_ids()
+    others = [i for i in registered if i not in bundled]
     if args.json:
-        print(json.dumps([{"id": i, "bundled": i in bundled} for i in ids], indent=2))
+        rows = ([{"id": i, "path": "jax", "source": "bundled"} for i in bundled]
+                + [{"id": i, "path": "jax", "source": "jaxmarl"} for i in jaxmarl]
+                + [{"id": i, "path": "host", "source": "pettingzoo"} for i in others])
+        print(json.dumps(rows, indent=2))
         return 0
     print("bundled (pure-JAX path):")
-    for i in sorted(bundled):
+    for i in bundled:
         print(f"  {i}")
-    others = [i for i in ids if i not in bundled]
-    print("registered with PettingZoo (host path; may need the env's own extras):")
+    if jaxmarl:
+        print("JaxMARL (pure-JAX path; envs whose agents share one observation and action "
+              "space, flat observations):")
+        for i in jaxmarl:
+            print(f"  {i}")
+    else:
+        print(f"JaxMARL envs (jaxmarl/<name>, pure-JAX path): not installed; {INSTALL_HINT}")
+    print("registered with PettingZoo (host path):")
     for i in others:
         print(f"  {i}")
-    print("Also accepted: 'module:attr' naming a SwarmEnv class or a ParallelEnv factory.")
+    for namespace, ids in missing.items():
+        print(f"  ({len(ids)} {namespace}/... ids need an extra: "
+              f"pip install 'pettingzoo[{namespace}]')")
+    print("Also accepted: 'module:attr' naming a SwarmEnv class or a ParallelEnv factory "
+          "(--import MODULE loads a module that registers envs).")
     return 0
 
 

@@ -1,8 +1,9 @@
 """Env ids to the path they train on: the pure-JAX path or the host (PettingZoo) path.
 
 An id is a PettingZoo registry id (the bundled ``feudal_es/...`` envs, anything a user
-registered with ``pettingzoo.register``) or ``"module:attr"`` naming a ``SwarmEnv`` class,
-an env instance or a factory. Resolving ``"module:attr"`` imports and calls code, so an
+registered with ``pettingzoo.register``), ``jaxmarl/<name>`` (a JaxMARL env, pure JAX,
+with the ``jaxmarl`` extra) or ``"module:attr"`` naming a ``SwarmEnv`` class, an env
+instance or a factory. Resolving ``"module:attr"`` imports and calls code, so an
 id read from a file (a run directory, a checkpoint) never resolves that way: it raises
 :class:`UntrustedEnvError` naming the ``--env`` the user can pass if they trust it.
 """
@@ -17,8 +18,10 @@ from typing import Any
 
 from envs.base import SwarmEnv
 
-__all__ = ["ResolvedEnv", "UntrustedEnvError", "is_code_reference", "registered_ids",
-           "resolve_env"]
+__all__ = ["JAXMARL_PREFIX", "ResolvedEnv", "UntrustedEnvError", "is_code_reference",
+           "registered_ids", "resolve_env"]
+
+JAXMARL_PREFIX = "jaxmarl/"  # jaxmarl/<name>: a JaxMARL env on the JAX path (optional extra)
 
 
 @dataclasses.dataclass
@@ -55,12 +58,38 @@ def is_code_reference(env_id: str) -> bool:
 
 
 def registered_ids() -> list[str]:
-    """Every id in PettingZoo's parallel and AEC registries (bundled ones included)."""
+    """Every id in PettingZoo's parallel and AEC registries (bundled ones included) and,
+    when ``jaxmarl`` is installed, its envs as ``jaxmarl/<name>``."""
+    import pettingzoo
+
+    import envs  # noqa: F401  (registers the bundled ids)
+    from envs.jaxmarl_env import jaxmarl_ids
+
+    ids = set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry)
+    return sorted(ids | {JAXMARL_PREFIX + name for name in jaxmarl_ids()})
+
+
+def importable_ids() -> tuple[list[str], dict[str, list[str]]]:
+    """``(trainable, missing)``: the PettingZoo-registered ids whose entry point imports
+    (the bundled ones included), and by namespace the ids whose import fails (an extra
+    not installed, e.g. ``pip install 'pettingzoo[atari]'``). Only installed code named
+    by the registry is imported."""
     import pettingzoo
 
     import envs  # noqa: F401  (registers the bundled ids)
 
-    return sorted(set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry))
+    ok, missing = set(), {}
+    for registry in (pettingzoo.parallel_registry, pettingzoo.aec_registry):
+        for env_id, spec in registry.items():
+            entry = spec.entry_point
+            try:
+                if isinstance(entry, str):
+                    importlib.import_module(entry.partition(":")[0])
+                ok.add(env_id)
+            except Exception:  # a missing extra: ImportError, or whatever its import raises
+                missing.setdefault(env_id.partition("/")[0], set()).add(env_id)
+    missing = {ns: sorted(ids - ok) for ns, ids in missing.items() if ids - ok}
+    return sorted(ok), missing
 
 
 def _to_parallel(env: Any) -> Any:
@@ -121,7 +150,14 @@ def _resolve_registered(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv | No
                                ("aec", pettingzoo.aec_registry)):
         if env_id not in registry:
             continue
-        found = _classify(env_id, pettingzoo.make(env_type, env_id, **kwargs))
+        try:
+            probe = pettingzoo.make(env_type, env_id, **kwargs)
+        except pettingzoo.env_registry.exceptions.FailedToImport as e:
+            namespace = env_id.partition("/")[0]
+            raise ValueError(f"env {env_id!r} cannot be imported: it needs PettingZoo's "
+                             f"{namespace!r} extra: pip install 'pettingzoo[{namespace}]' "
+                             f"({e.__cause__ or e})") from None
+        found = _classify(env_id, probe)
         if found is not None:
             return found
         if env_type == "parallel":
@@ -148,6 +184,11 @@ def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
     import envs  # noqa: F401  (registers the bundled ids)
 
     kwargs = dict(env_kwargs or {})
+    if env_id.startswith(JAXMARL_PREFIX):
+        from envs.jaxmarl_env import make_jaxmarl
+
+        return ResolvedEnv(env_id, "jax", core=make_jaxmarl(env_id[len(JAXMARL_PREFIX):],
+                                                            **kwargs))
     if is_code_reference(env_id):
         if source is not None:
             raise UntrustedEnvError(env_id, source)

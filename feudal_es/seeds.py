@@ -54,6 +54,7 @@ class SeedFunctions:
     selector: Callable  # actor -> theta[D]
     with_selector: Callable  # (ts, theta[D]) -> ts with theta as its actor's selector
     place: Callable  # a stacked pytree -> where the seeds live (split over the mesh)
+    unstack: Callable  # a stacked pytree -> one tree per seed (one jitted call)
     devices: int  # devices the seeds are split over
 
 
@@ -108,7 +109,9 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
         selector=batched(selector_theta),
         with_selector=batched(lambda ts, th: ts._replace(actor=set_selector_theta(ts.actor,
                                                                                   th))),
-        place=place, devices=devices)
+        place=place, unstack=eqx.filter_jit(lambda tree: [
+            jax.tree.map(lambda x, i=i: x[i], tree) for i in range(num_seeds)]),
+        devices=devices)
     _CACHE[key] = fns
     return fns
 
@@ -129,10 +132,6 @@ def _stack(trees: list[Any]) -> Any:
     arrays = [eqx.filter(t, eqx.is_array) for t in trees]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
     return eqx.combine(stacked, eqx.filter(trees[0], eqx.is_array, inverse=True))
-
-
-def _row(tree: Any, i: int) -> Any:
-    return jax.tree.map(lambda x: x[i] if eqx.is_array(x) else x, tree)
 
 
 class MultiSeedTrainer:
@@ -275,8 +274,9 @@ class MultiSeedTrainer:
         ret, env_metrics = jax.device_get(fns.returns(ts.actor, fns.selector(ts.actor)[:, None],
                                                       keys))
         self.ts, self.es_state = ts, es_state
+        states = fns.unstack((ts, es_state))
         seconds = time.perf_counter() - t0
-        return [t.finish_round(_row(ts, i), _row(es_state, i), None if info is None else info[i],
+        return [t.finish_round(*states[i], None if info is None else info[i],
                                evaluation=(ret[i], {k: v[i] for k, v in env_metrics.items()}),
                                seconds=seconds)
                 for i, t in enumerate(trainers)]

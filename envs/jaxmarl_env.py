@@ -1,0 +1,251 @@
+"""JaxMARL environments on feudal-es's pure-JAX path, and the bundled envs as JaxMARL ones.
+
+:class:`JaxMARLSwarm` wraps any ``jaxmarl`` ``MultiAgentEnv`` whose agents share one
+observation and one action space (MPE, SMAX, ...) as a :class:`~envs.base.SwarmEnv`, so
+its users train at full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_spread_v3``):
+
+- observations: the per-agent dict stacked to ``{"obs": [N, D]}``;
+- actions: ``[N]`` (Discrete) or ``[N, A]`` (Box) back to the per-agent dict;
+- ``step`` runs the env's ``step_env`` (no auto-reset: feudal-es resets); ``done`` is
+  ``dones["__all__"]`` or the horizon; after ``done`` the state is frozen and rewards are
+  0, so a fixed-length fitness episode never counts a finished episode twice;
+- ``team_reward`` is the mean agent reward, ``skill_rewards`` the agent's own reward
+  (one skill, ``"reward"``), ``comm_graph`` all-to-all, ``global_state`` the env's
+  ``world_state``/``get_world_state`` if it has one, else the concatenated observations.
+
+:class:`AsJaxMARL` goes the other way: a bundled env as a ``jaxmarl`` ``MultiAgentEnv``
+(reset / step_env / spaces per agent), for JaxMARL's own baselines.
+
+``jaxmarl`` is an optional dependency (``pip install 'feudal-es[jaxmarl]'``): this module
+imports it only when an env is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs.base import EnvOut, Obs, SwarmEnv
+from envs.render import draw_swarm
+
+__all__ = ["INSTALL_HINT", "AsJaxMARL", "JaxMARLSwarm", "available", "jaxmarl_ids",
+           "make_jaxmarl"]
+
+INSTALL_HINT = "pip install 'feudal-es[jaxmarl]'  (or: pip install jaxmarl)"
+
+
+def available() -> bool:
+    """Whether ``jaxmarl`` is installed (nothing is imported)."""
+    return importlib.util.find_spec("jaxmarl") is not None
+
+
+def _jaxmarl() -> Any:
+    """``import jaxmarl``, without the line it prints about its optional submodules."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        import jaxmarl
+    return jaxmarl
+
+
+_NEEDS = {"brax": ("ant_4x2", "halfcheetah_6x1", "hopper_3x1", "humanoid_9|8", "walker2d_2x3"),
+          "jaxrobotarium": ("JaxRobotarium_",)}  # optional packages of JaxMARL's envs
+
+
+def jaxmarl_ids() -> list[str]:
+    """JaxMARL's registered env names whose own optional packages are installed (empty
+    when jaxmarl is not). Whether an env's agents are homogeneous shows when it is made."""
+    if not available():
+        return []
+    missing = tuple(p for pkg, prefixes in _NEEDS.items()
+                    if importlib.util.find_spec(pkg) is None for p in prefixes)
+    return [n for n in _jaxmarl().registered_envs if not n.startswith(missing)]
+
+
+class JaxMARLState(NamedTuple):
+    """The wrapped env's state, the step count and whether the episode is over."""
+
+    inner: Any
+    t: jax.Array  # [] int32 steps taken
+    over: jax.Array  # [] bool: the episode ended (done latched)
+
+
+def _space(space: Any, what: str) -> gym.Space:
+    """A jaxmarl space as the Gymnasium space the actor reads."""
+    if hasattr(space, "n"):  # jaxmarl.environments.spaces.Discrete
+        return gym.spaces.Discrete(int(space.n))
+    if hasattr(space, "low") and hasattr(space, "shape"):
+        shape = tuple(int(d) for d in space.shape)
+        low = np.broadcast_to(np.asarray(space.low, np.float32), shape)
+        high = np.broadcast_to(np.asarray(space.high, np.float32), shape)
+        return gym.spaces.Box(low, high, shape, np.float32)
+    raise ValueError(f"{what} space {type(space).__name__} is not supported (Discrete or Box)")
+
+
+class JaxMARLSwarm(SwarmEnv):
+    """A homogeneous ``jaxmarl`` ``MultiAgentEnv`` behind the SwarmEnv interface (see the
+    module docstring). ``max_steps`` is the horizon: the env's ``max_steps + 1`` when it
+    has one (MPE's episodes are 26 steps for ``max_steps=25``), which may overshoot the
+    env's own end (the steps after ``done`` are frozen and score 0)."""
+
+    env: Any = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+    agents: tuple[str, ...] = eqx.field(static=True)
+    num_agents: int = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    skill_names: tuple[str, ...] = eqx.field(static=True)
+    obs_size: int = eqx.field(static=True)
+    # ("discrete", n) or ("box", shape, low, high): hashable, unlike Gymnasium spaces
+    action: tuple = eqx.field(static=True)
+
+    def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None):
+        self.env, self.name = env, name
+        self.agents = tuple(env.agents)
+        self.num_agents = len(self.agents)
+        if not self.agents:
+            raise ValueError(f"{name}: the env has no agents")
+        obs = [_space(env.observation_space(a), "observation") for a in self.agents]
+        act = [_space(env.action_space(a), "action") for a in self.agents]
+        if any(o != obs[0] for o in obs) or any(a != act[0] for a in act):
+            raise ValueError(f"{name}: its agents have different observation or action "
+                             "spaces; feudal-es trains one shared actor, so they must match")
+        if not isinstance(obs[0], gym.spaces.Box) or len(obs[0].shape) != 1:
+            raise ValueError(f"{name}: observations must be flat vectors, got {obs[0]}")
+        self.obs_size = int(obs[0].shape[0])
+        a = act[0]
+        self.action = (("discrete", int(a.n)) if isinstance(a, gym.spaces.Discrete) else
+                       ("box", a.shape, tuple(a.low.ravel().tolist()),
+                        tuple(a.high.ravel().tolist())))
+        horizon = max_steps if max_steps is not None else getattr(env, "max_steps", None)
+        if horizon is None:
+            raise ValueError(f"{name}: the env has no max_steps; pass max_steps (the "
+                             "longest episode) to JaxMARLSwarm")
+        self.max_steps = int(horizon) + (max_steps is None)
+        self.skill_names = ("reward",)
+
+    # --- core ------------------------------------------------------------------------
+    def _stack(self, obs: dict) -> Obs:
+        return {"obs": jnp.stack([jnp.asarray(obs[a], jnp.float32).reshape(-1)
+                                  for a in self.agents])}
+
+    def reset(self, key: jax.Array) -> tuple[Obs, JaxMARLState]:
+        obs, inner = self.env.reset(key)
+        return self._stack(obs), JaxMARLState(inner, jnp.zeros((), jnp.int32),
+                                              jnp.zeros((), bool))
+
+    def step(self, key: jax.Array, state: JaxMARLState,
+             actions: jax.Array) -> tuple[Obs, JaxMARLState, EnvOut]:
+        acts = {a: actions[i] for i, a in enumerate(self.agents)}
+        obs, inner, rewards, dones, _ = self.env.step_env(key, state.inner, acts)
+        live = ~state.over
+        reward = jnp.where(live, jnp.stack([jnp.asarray(rewards[a], jnp.float32)
+                                            for a in self.agents]), 0.0)
+        t = state.t + 1
+        over = state.over | jnp.asarray(dones["__all__"], bool) | (t >= self.max_steps)
+        inner = jax.tree.map(lambda new, old: jnp.where(live, new, old), inner, state.inner)
+        obs = self._stack(obs)
+        out = EnvOut(reward=reward, skill_rewards=reward[:, None], team_reward=reward.mean(),
+                     done=over, metrics={})
+        return obs, JaxMARLState(inner, t, over), out
+
+    def observe(self, state: JaxMARLState) -> Obs:
+        return self._stack(self.env.get_obs(state.inner))
+
+    def global_state(self, state: JaxMARLState) -> jax.Array:
+        for name in ("world_state", "get_world_state"):
+            fn = getattr(self.env, name, None)
+            if callable(fn):
+                return jnp.asarray(fn(state.inner), jnp.float32).reshape(-1)
+        return self.observe(state)["obs"].reshape(-1)
+
+    def comm_graph(self, state: JaxMARLState) -> jax.Array:
+        del state
+        return 1.0 - jnp.eye(self.num_agents, dtype=jnp.float32)
+
+    # --- host-side -----------------------------------------------------------------
+    @property
+    def observation_space(self) -> gym.spaces.Dict:
+        return gym.spaces.Dict({"obs": gym.spaces.Box(-np.inf, np.inf, (self.obs_size,),
+                                                      np.float32)})
+
+    @property
+    def action_space(self) -> gym.Space:
+        if self.action[0] == "discrete":
+            return gym.spaces.Discrete(self.action[1])
+        _, shape, low, high = self.action
+        return gym.spaces.Box(np.reshape(low, shape).astype(np.float32),
+                              np.reshape(high, shape).astype(np.float32), shape, np.float32)
+
+    def render(self, state: JaxMARLState) -> np.ndarray:
+        """MPE-style states (``p_pos``: agents first, then landmarks) drawn in a 3x3
+        world centred on the origin; other envs cannot be drawn."""
+        pos = getattr(state.inner, "p_pos", None)
+        if pos is None:
+            raise NotImplementedError(f"{self.name}: no picture of this env's state")
+        pos = np.asarray(pos, np.float64) + 1.5
+        n = self.num_agents
+        return draw_swarm(3.0, np.clip(pos[:n], 0.0, 3.0), targets=np.clip(pos[n:], 0.0, 3.0),
+                          target_radius=0.1)
+
+
+def make_jaxmarl(name: str, **kwargs: Any) -> JaxMARLSwarm:
+    """``jaxmarl.make(name, **kwargs)`` as a :class:`JaxMARLSwarm` (``max_steps`` may be
+    among ``kwargs``: the env's own argument, and the horizon)."""
+    if not available():
+        raise ValueError(f"env 'jaxmarl/{name}' needs the jaxmarl package: {INSTALL_HINT}")
+    jaxmarl = _jaxmarl()
+    if name not in jaxmarl.registered_envs:
+        import difflib
+
+        close = difflib.get_close_matches(name, jaxmarl.registered_envs, n=3)
+        raise ValueError(f"unknown jaxmarl env {name!r}"
+                         + (f"; did you mean {close}?" if close else ""))
+    return JaxMARLSwarm(jaxmarl.make(name, **kwargs), name=f"jaxmarl/{name}")
+
+
+class AsJaxMARL:
+    """A bundled SwarmEnv as a ``jaxmarl`` ``MultiAgentEnv`` (agents ``agent_<i>``; the
+    per-agent observation is the SwarmEnv's obs dict row; ``step`` auto-resets like every
+    JaxMARL env). Built lazily so that ``jaxmarl`` stays optional."""
+
+    def __new__(cls, core: SwarmEnv) -> Any:
+        from jaxmarl.environments import spaces
+        from jaxmarl.environments.multi_agent_env import MultiAgentEnv
+
+        class Wrapped(MultiAgentEnv):
+            def __init__(self) -> None:
+                super().__init__(core.num_agents)
+                self.core, self.max_steps = core, core.max_steps
+                box = core.action_space
+                obs = {k: spaces.Box(-jnp.inf, jnp.inf, s.shape)
+                       for k, s in core.observation_space.spaces.items()}
+                self.observation_spaces = {a: spaces.Dict(obs) for a in self.agents}
+                self.action_spaces = {a: spaces.Box(box.low, box.high, box.shape)
+                                      for a in self.agents}
+
+            def _split(self, obs: Obs) -> dict:
+                return {a: jax.tree.map(lambda x, i=i: x[i], obs)
+                        for i, a in enumerate(self.agents)}
+
+            def reset(self, key: jax.Array) -> tuple[dict, Any]:
+                obs, state = core.reset(key)
+                return self._split(obs), state
+
+            def step_env(self, key: jax.Array, state: Any, actions: dict) -> tuple:
+                acts = jnp.stack([actions[a] for a in self.agents])
+                obs, state, out = core.step(key, state, acts)
+                rewards = {a: out.reward[i] for i, a in enumerate(self.agents)}
+                dones = {a: out.done for a in self.agents} | {"__all__": out.done}
+                return self._split(obs), state, rewards, dones, {
+                    "team_reward": out.team_reward, "skill_rewards": out.skill_rewards}
+
+            def get_obs(self, state: Any) -> dict:
+                return self._split(core.observe(state))
+
+        return Wrapped()
