@@ -22,9 +22,19 @@ from agents.heads import (
     SkillSelector,
 )
 from agents.layers import count_params
-from agents.partition import executor_filter, selector_filter, selector_theta, set_selector_theta
+from agents.partition import (
+    ES_PARAMS,
+    es_filter,
+    es_theta,
+    executor_filter,
+    selector_filter,
+    selector_theta,
+    set_es_theta,
+    set_selector_theta,
+)
 
 __all__ = [
+    "ES_PARAMS",
     "ActOut",
     "ActorConfig",
     "CategoricalHead",
@@ -40,9 +50,12 @@ __all__ = [
     "Selector",
     "SkillSelector",
     "count_params",
+    "es_filter",
+    "es_theta",
     "executor_filter",
     "normalize_adjacency",
     "selector_filter",
     "selector_theta",
+    "set_es_theta",
     "set_selector_theta",
 ]

@@ -43,6 +43,8 @@ class FeudalActor(eqx.Module):
     executor: Executor
     num_skills: int = eqx.field(static=True)
     goal_dim: int = eqx.field(static=True)
+    options: str = eqx.field(static=True)  # ActorConfig.options
+    fixed_option: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -69,6 +71,10 @@ class FeudalActor(eqx.Module):
         self.executor = Executor(k_exec, e, num_skills, action_space, config)
         self.num_skills = num_skills
         self.goal_dim = config.goal_dim
+        if config.options == "fixed" and config.fixed_option >= num_skills:
+            raise ValueError(f"ActorConfig.fixed_option={config.fixed_option} but the env has "
+                             f"{num_skills} options")
+        self.options, self.fixed_option = config.options, config.fixed_option
 
     @classmethod
     def from_env(cls, key: KeyLike, env: Any, config: ActorConfig | None = None) -> Any:
@@ -95,11 +101,13 @@ class FeudalActor(eqx.Module):
 
     # ------------------------------------------------------------------ rollout API
     def select_skills(
-        self, obs: Any, adj: jax.Array, prev_skill: Held, t: jax.Array, selector_period: int
+        self, obs: Any, adj: jax.Array, prev_skill: Held, t: jax.Array, selector_period: int,
+        key: jax.Array | None = None,
     ) -> Held:
-        """The skill to pursue now: argmax of the selector logits when ``t %
-        selector_period == 0``, else ``prev_skill``. Returns the type it was given."""
-        return self._select(self.embed(obs, adj), prev_skill, t, selector_period)
+        """The skill to pursue now: the option chosen when ``t % selector_period == 0``
+        (the selector logits' argmax, or see ``ActorConfig.options``; ``key`` is needed
+        for "uniform"), else ``prev_skill``. Returns the type it was given."""
+        return self._select(self.embed(obs, adj), prev_skill, t, selector_period, key)
 
     def act(
         self,
@@ -121,10 +129,19 @@ class FeudalActor(eqx.Module):
         t: jax.Array,
         selector_period: int,
         deterministic: bool = False,
+        explore: float = 0.0,
     ) -> tuple[Held, ActOut]:
-        """``select_skills`` then ``act`` on one shared embedding: ``(skill, ActOut)``."""
+        """``select_skills`` then ``act`` on one shared embedding: ``(skill, ActOut)``.
+
+        ``explore``: at decision steps each agent's option is replaced, with this
+        probability, by a uniformly random one (MAPPO's collection, so that the executor
+        practises every option in every kind of state). The action key is ``key`` itself
+        unless options are random (``explore > 0`` or ``options="uniform"``)."""
         h = self.embed(obs, adj)
-        skill = self._select(h, prev_skill, t, selector_period)
+        k_opt = None
+        if explore > 0 or self.options == "uniform":
+            key, k_opt = jax.random.split(key)
+        skill = self._select(h, prev_skill, t, selector_period, k_opt, explore)
         return skill, self._act(key, h, skill, deterministic)
 
     def evaluate(
@@ -147,12 +164,29 @@ class FeudalActor(eqx.Module):
         held = jnp.asarray(held)
         return held, jnp.zeros((*held.shape, 0), jnp.float32)
 
-    def _select(self, h: jax.Array, prev: Held, t: jax.Array, period: int) -> Held:
+    def _select(self, h: jax.Array, prev: Held, t: jax.Array, period: int,
+                key: jax.Array | None = None, explore: float = 0.0) -> Held:
         if isinstance(period, int) and period < 1:
             raise ValueError(f"selector_period must be >= 1, got {period}")
         prev_skill, prev_goal = self._unpack(prev)
         decide = jnp.broadcast_to(jnp.asarray(t) % period == 0, prev_skill.shape)
-        new_skill = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
+        shape, k = prev_skill.shape, self.num_skills
+        if self.options == "fixed":
+            new_skill = jnp.full(shape, self.fixed_option, jnp.int32)
+        elif self.options == "uniform" or explore > 0:
+            if key is None:
+                raise ValueError("random options (ActorConfig.options='uniform' or explore > "
+                                 "0) need a key")
+            k_pick, k_coin = jax.random.split(key)
+            uniform = jax.random.randint(k_pick, shape, 0, k, jnp.int32)
+            if self.options == "uniform":
+                new_skill = uniform
+            else:
+                learned = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
+                new_skill = jnp.where(jax.random.uniform(k_coin, shape) < explore, uniform,
+                                      learned)
+        else:
+            new_skill = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
         skill = jnp.where(decide, new_skill, prev_skill.astype(jnp.int32))
         if not isinstance(prev, Directive):
             return skill

@@ -12,6 +12,7 @@ from typing import Any
 from envs.validate import check_bool, check_int, check_ints, check_number
 
 ACTIVATIONS = ("relu", "tanh")  # what ActorConfig.activation may name
+OPTION_MODES = ("learned", "uniform", "fixed")  # what ActorConfig.options may name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,11 @@ class ActorConfig:
     embed_dim: int = 64  # size of the per-agent embedding h read by every head
     # --- selector (ES parameters; keep them small) ---
     selector_hidden: tuple[int, ...] = ()  # () = linear selector h -> K logits
+    # how options are chosen at decision steps: "learned" (the SkillSelector's argmax),
+    # "uniform" (uniformly at random: MAPPO-only's random-selector ablation) or "fixed"
+    # (always option ``fixed_option``: the single-option ablation)
+    options: str = "learned"
+    fixed_option: int = 0
     goal_dim: int = 0  # sub-goal size of the GoalSelector; 0 = no GoalSelector
     # --- executor head (gradient parameters) ---
     skill_embed_dim: int = 0  # 0 = condition on the skill one-hot; >0 = learned embedding
@@ -74,6 +80,9 @@ class ActorConfig:
         check_ints(f"{c}.executor_hidden", self.executor_hidden, 1, allow_empty=True)
         check_number(f"{c}.log_std_init", self.log_std_init)
         check_bool(f"{c}.squash", self.squash)
+        if self.options not in OPTION_MODES:
+            raise ValueError(f"{c}.options must be one of {OPTION_MODES}, got {self.options!r}")
+        check_int(f"{c}.fixed_option", self.fixed_option, 0)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"{c}.activation must be one of {ACTIVATIONS}, got "
                              f"{self.activation!r}")

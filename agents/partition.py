@@ -40,21 +40,46 @@ def executor_filter(actor: eqx.Module) -> eqx.Module:
     return jax.tree.map(lambda i, s: i and not s, inexact, selector_filter(actor))
 
 
+ES_PARAMS = ("selector", "actor")  # what ES may evolve: the selector, or the whole actor
+
+
+def es_filter(actor: eqx.Module, params: str = "selector") -> eqx.Module:
+    """The leaves ES evolves: the selector's (:func:`selector_filter`), or with
+    ``params="actor"`` every inexact leaf of the actor (whole-policy ES, MERL's EA-only
+    ablation)."""
+    if params == "selector":
+        return selector_filter(actor)
+    if params == "actor":
+        return jax.tree.map(eqx.is_inexact_array, actor)
+    raise ValueError(f"params must be one of {ES_PARAMS}, got {params!r}")
+
+
+def es_theta(actor: eqx.Module, params: str = "selector") -> jax.Array:
+    """The leaves of :func:`es_filter` as one 1-D vector (tree order)."""
+    theta, _ = ravel_pytree(eqx.filter(actor, es_filter(actor, params)))
+    return theta
+
+
+def set_es_theta(actor: M, theta: jax.Array, params: str = "selector") -> M:
+    """A copy of ``actor`` with the leaves of :func:`es_filter` rebuilt from ``theta``;
+    all other leaves are the same objects. Inverse of :func:`es_theta` (exact)."""
+    values, rest = eqx.partition(actor, es_filter(actor, params))
+    flat, unflatten = ravel_pytree(values)
+    theta = jnp.asarray(theta)
+    if theta.shape != flat.shape:
+        raise ValueError(
+            f"{params} theta must have shape {flat.shape} (the {params}'s parameter count), "
+            f"got {theta.shape}"
+        )
+    return eqx.combine(unflatten(theta.astype(flat.dtype)), rest)
+
+
 def selector_theta(actor: eqx.Module) -> jax.Array:
     """The selector's parameters as one 1-D vector (tree order)."""
-    theta, _ = ravel_pytree(eqx.filter(actor, selector_filter(actor)))
-    return theta
+    return es_theta(actor, "selector")
 
 
 def set_selector_theta(actor: M, theta: jax.Array) -> M:
     """A copy of ``actor`` with the selector's leaves rebuilt from ``theta``; all other
     leaves are the same objects. Inverse of :func:`selector_theta` (exact round trip)."""
-    params, rest = eqx.partition(actor, selector_filter(actor))
-    flat, unflatten = ravel_pytree(params)
-    theta = jnp.asarray(theta)
-    if theta.shape != flat.shape:
-        raise ValueError(
-            f"selector theta must have shape {flat.shape} (the selector's parameter count), "
-            f"got {theta.shape}"
-        )
-    return eqx.combine(unflatten(theta.astype(flat.dtype)), rest)
+    return set_es_theta(actor, theta, "selector")

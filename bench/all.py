@@ -226,9 +226,24 @@ def envs_rows(doc: dict[str, Any]) -> list[Row]:
 
 
 def mappo_rows(doc: dict[str, Any]) -> list[Row]:
-    """bench/mappo.py: MAPPO training SPS vs rollout-only SPS, first epochs setting per env."""
+    """bench/mappo.py: MERL training env-steps/s, fused vs split update, MAPPO training SPS
+    vs rollout-only SPS (first epochs setting per env)."""
+    res = doc["results"]
     rows, seen = [], set()
-    for r in doc["results"]["runs"]:
+    for r in res.get("merl", []):
+        rows.append(Row(
+            f"MERL training on Discovery (8 agents, vec obs, MLP executor), {r['seeds']} "
+            "seed(s) in one program: MAPPO + ES env-steps/s", fmt_n(r["env_steps_per_s"]),
+            "20,000", ratio(r["env_steps_per_s"], 20000), ">= 20k env-steps/s",
+            r["env_steps_per_s"] >= 20000,
+            "the MAPPO update's matmuls (see bench/RESULTS.md, training throughput)"))
+    for r in res.get("update_modes", []):
+        rows.append(Row(
+            f"MAPPO update, {r['actor']}: fused (one lax.scan) vs split, s per train step",
+            fmt_s(r["fused_s"]), fmt_s(r["split_s"]), r["fused_over_split"],
+            f"auto picks the faster ({r['auto']})",
+            (r["fused_over_split"] >= 1) == (r["auto"] == "fused")))
+    for r in res["runs"]:
         if r["env"] in seen:
             continue
         seen.add(r["env"])
@@ -238,6 +253,38 @@ def mappo_rows(doc: dict[str, Any]) -> list[Row]:
             "training SPS vs rollout-only SPS", fmt_n(r["train_sps"], 1),
             fmt_n(r["rollout_sps"], 1), rel, ">= 0.3x", None if rel is None else rel >= 0.3,
             "the CNN weight gradient dominates on CPU (see the MAPPO section)"))
+    return rows
+
+
+def jaxmarl_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/jaxmarl.py: our MAPPO vs JaxMARL's IPPO-FF and MAPPO-RNN on their env."""
+    runs = doc["results"]["runs"]
+    ippo, rnn = runs.get("jaxmarl_ippo_ff") or {}, runs.get("jaxmarl_mappo_rnn") or {}
+    rows = []
+    for name, seeds in (("ours_ippo_settings", 1), ("ours_ippo_settings_2_seeds", 2)):
+        r = runs[name]
+        rel = ratio(r["sps"], ippo.get("sps"))
+        rows.append(Row(
+            f"MAPPO on MPE simple_spread, IPPO-FF's settings, {seeds} seed(s): env-steps/s "
+            "vs JaxMARL IPPO-FF", fmt_n(r["sps"]), fmt_n(ippo.get("sps")), rel,
+            ">= 1.0x (goal 2x)", None if rel is None else rel >= 1.0))
+    r = runs["ours_ippo_settings"]
+    rows.append(Row(
+        f"... final return after {r['steps']:,} env steps (higher is better)",
+        f"{r['final_return']:.1f}", f"{ippo['final_return']:.1f}" if ippo.get("final_return")
+        else "n/a", None, ">= IPPO-FF's",
+        None if "final_return" not in ippo else r["final_return"] >= ippo["final_return"]))
+    b = runs["ours_best_settings_2_seeds"]
+    rel = ratio(b["sps"], rnn.get("sps"))
+    rows.append(Row(
+        f"Our best settings, 2 seeds, {b['steps']:,} env steps: env-steps/s vs JaxMARL "
+        "MAPPO-RNN", fmt_n(b["sps"]), fmt_n(rnn.get("sps")), rel, ">= 5x",
+        None if rel is None else rel >= 5))
+    rows.append(Row(
+        "... final return at 0.4M env steps (higher is better)", f"{b['final_return']:.1f}",
+        f"{rnn['final_return']:.1f}" if rnn.get("final_return") else "n/a", None,
+        ">= MAPPO-RNN's",
+        None if "final_return" not in rnn else b["final_return"] >= rnn["final_return"]))
     return rows
 
 
@@ -272,6 +319,8 @@ PARTS: list[Part] = [
     Part("envs", "bench.envs", lambda o: ["--batch", "256", "--skip-vmas"] * o.quick,
          envs_rows),
     Part("mappo", "bench.mappo", mappo_args, mappo_rows),
+    Part("jaxmarl", "bench.jaxmarl", lambda o: ["--quick"] * o.quick, jaxmarl_rows,
+         markdown=True),
 ]
 
 
@@ -361,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", default=None, choices=names,
                    help="run only these parts; the others' rows come from their documents "
                    "kept in bench/results/ (marked with their run's date)")
-    p.add_argument("--timeout", type=float, default=900, help="per script, seconds")
+    p.add_argument("--timeout", type=float, default=1800, help="per script, seconds")
     p.add_argument("--no-write", action="store_true",
                    help="print the block instead of writing RESULTS.md and bench/results/")
     args = p.parse_args(argv)

@@ -1,7 +1,18 @@
-"""MAPPO training throughput vs rollout-only throughput of the same actor and env.
+"""MAPPO and MERL training throughput on the bundled envs.
 
-From one run, for Coverage and Discovery at their default sizes (8 agents, 16x16 maps)
-with the default actor: swarm-steps per second of
+Three measurements, each side of a ratio timed in the same run:
+
+- **MERL training env-steps/s** (``--merl``, on by default): MAPPO samples + ES fitness
+  steps per wall second of ``ESTrainer`` rounds (compile excluded: the first round is not
+  timed) on Discovery with 8 agents, vector observations and the MLP executor
+  (``feudal_es.config.VEC_ACTOR``), one seed and two seeds in one program (issue goal:
+  >= 20k env-steps/s).
+- **the MAPPO update, fused vs split**: one train step with the epochs x minibatches loop
+  as one ``lax.scan`` in one jit, against the Python loop over jitted pieces, for the CNN
+  actor (maps) and the MLP actor (vectors): why ``MAPPOConfig.update="auto"`` splits for
+  a CNN only.
+- **training vs rollout-only** for Coverage and Discovery at their default sizes (8
+  agents, 16x16 maps) with the default actor: swarm-steps per second of
 
   rollout   ``feudal_es.mappo.make_rollout`` — collection only (actor + critic forward,
             env step, auto-reset), ``num_steps x num_envs`` per call, one jit;
@@ -69,6 +80,77 @@ def measure(env_name: str, epochs: int, args: argparse.Namespace) -> dict:
             "compile_rollout_s": compile_s["rollout"], "compile_train_s": compile_s["train"]}
 
 
+MERL_CONFIG = dict(  # the MERL setting timed on Discovery (8 agents, vector observations)
+    env="feudal_es/Discovery-v0",
+    env_kwargs=dict(num_agents=8, max_steps=50, obs_mode="vec", coupling=2),
+    mode="merl", grad_steps_per_outer=4, episodes=4,
+    es=dict(pop_size=32, sigma=0.1, lr=0.05, optimizer="adam"),
+    mappo=dict(num_envs=32, num_steps=50, epochs=4, minibatches=4, selector_period=10),
+    critic=dict(hidden=[64, 64], layer_norm=False), checkpoint_every=10**6,
+    plot_every=10**6, gif=False)
+
+
+def merl_throughput(seeds: tuple[int, ...], rounds: int) -> dict:
+    """MERL training env-steps/s (MAPPO + ES fitness steps) over ``rounds`` timed rounds."""
+    import shutil
+    import tempfile
+
+    from feudal_es.config import VEC_ACTOR, TrainerConfig
+    from feudal_es.seeds import MultiSeedTrainer
+    from feudal_es.trainer import ESTrainer
+
+    cfg = TrainerConfig(**MERL_CONFIG, actor=VEC_ACTOR, n_outer=rounds + 1, seed=seeds[0],
+                        seeds=seeds if len(seeds) > 1 else ())
+    per_round = (cfg.grad_steps_per_outer * cfg.mappo.batch_size
+                 + cfg.es.num_candidates * cfg.episodes * cfg.env_kwargs["max_steps"])
+    out = Path(tempfile.mkdtemp(prefix="bench-merl-"))
+    try:
+        trainer = (MultiSeedTrainer if len(seeds) > 1 else ESTrainer)(cfg, out / "run")
+        t0 = time.perf_counter()
+        trainer.run(rounds=1)
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        trainer.run()
+        seconds = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"seeds": len(seeds), "rounds": rounds, "env_steps_per_round": per_round,
+            "compile_s": compile_s, "seconds": seconds,
+            "env_steps_per_s": rounds * per_round * len(seeds) / seconds,
+            "mappo_share": cfg.grad_steps_per_outer * cfg.mappo.batch_size / per_round}
+
+
+def update_modes(repeats: int) -> list[dict]:
+    """One train step with the fused and with the split update, per actor kind."""
+    import dataclasses
+
+    from feudal_es.config import COMPACT_ACTOR, VEC_ACTOR
+
+    rows = []
+    for kind, env, actor in (("CNN (maps)", Discovery(num_agents=8, map_size=8), COMPACT_ACTOR),
+                             ("MLP (vec)", Discovery(num_agents=8, obs_mode="vec"),
+                              VEC_ACTOR)):
+        key = jax.random.key(0)
+        cfg = mappo.MAPPOConfig(num_envs=16, num_steps=50, epochs=4, minibatches=4)
+        ts = mappo.init_train_state(key, env, FeudalActor.from_env(key, env, actor),
+                                    CentralCritic.from_env(key, env), cfg)
+        fns, compile_s = {}, {}
+        for mode in ("fused", "split"):
+            fns[mode] = mappo.make_train_step(env, dataclasses.replace(cfg, update=mode))
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[mode](ts))
+            compile_s[mode] = time.perf_counter() - t0
+        best = best_times({m: (lambda f=f, ts=ts: jax.block_until_ready(f(ts)))
+                           for m, f in fns.items()}, repeats)
+        rows.append({"actor": kind, "fused_s": best["fused"], "split_s": best["split"],
+                     "fused_over_split": best["split"] / best["fused"],
+                     "compile_fused_s": compile_s["fused"],
+                     "compile_split_s": compile_s["split"],
+                     "auto": "fused" if mappo.uses_fused_update(cfg, env.observation_space)
+                     else "split"})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
@@ -79,9 +161,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-steps", type=int, default=mappo.MAPPOConfig().num_steps)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--merl-rounds", type=int, default=8,
+                        help="MERL rounds timed (after one compile round); 0 skips it")
+    parser.add_argument("--skip-update-modes", action="store_true")
     add_json_arg(parser)
     args = parser.parse_args(argv)
     report = Report("mappo", args, argv)
+    results: dict = {}
+    if args.merl_rounds:
+        results["merl"] = [merl_throughput(s, args.merl_rounds) for s in ((0,), (0, 1))]
+        print(markdown_table(
+            ["MERL on Discovery (8 agents, vec obs, MLP executor)", "env steps / round",
+             "MAPPO share", "training env-steps/s", "compile (s)"], "lrrrr",
+            [(f"{r['seeds']} seed(s) in one program", r["env_steps_per_round"],
+              f"{r['mappo_share']:.2f}", f"{r['env_steps_per_s']:.0f}",
+              f"{r['compile_s']:.0f}") for r in results["merl"]]))
+        print("goal: >= 20000 training env-steps/s\n")
+    if not args.skip_update_modes:
+        results["update_modes"] = update_modes(args.repeats)
+        print(markdown_table(
+            ["actor", "fused update (s / train step)", "split (s)", "split / fused",
+             "compile fused / split (s)", "auto picks"], "lrrrrl",
+            [(r["actor"], f"{r['fused_s']:.3f}", f"{r['split_s']:.3f}",
+              f"{r['fused_over_split']:.2f}",
+              f"{r['compile_fused_s']:.0f} / {r['compile_split_s']:.0f}", r["auto"])
+             for r in results["update_modes"]]))
+        print()
 
     print(f"MAPPO train vs rollout: jax {jax.__version__} on {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPU cores, {platform.machine()}; num_envs={args.num_envs}, "
@@ -107,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             ["env", "epochs x minibatches", "rollout-only SPS", "training SPS", "ratio"],
             "llrrr", [(r["env"], f"{r['epochs']} x {r['minibatches']}", f"{r['rollout_sps']:.1f}",
                       f"{r['train_sps']:.1f}", f"{r['ratio']:.3f}") for r in rows]))
-    report.write({"runs": rows},
+    report.write({"runs": rows, **results},
                  {"rollout_sps": "swarm steps/s (num_envs x num_steps per call / s)",
                   "train_sps": "swarm steps/s", "ratio": "train_sps / rollout_sps"})
     return 0

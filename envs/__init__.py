@@ -1,7 +1,8 @@
 """Bundled swarm environments and their PettingZoo / Gymnasium adapters.
 
 Importing ``envs`` registers the bundled envs with PettingZoo's registry
-(``feudal_es/Coverage-v0``, ``feudal_es/Discovery-v0``, ``feudal_es/Dispersion-v0``).
+(``feudal_es/Coverage-v0``, ``feudal_es/Discovery-v0``, ``feudal_es/Dispersion-v0``,
+``feudal_es/Rover-v0``).
 The env classes themselves (``envs.Coverage`` ...) are imported on first access.
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "Discovery",
     "Dispersion",
     "EnvOut",
+    "Rover",
     "SelectorEnv",
     "SwarmEnv",
     "SwarmGymEnv",

@@ -43,6 +43,11 @@ POLICIES: dict[str, dict[str, str]] = {
         "greedy": "envs.dispersion:greedy_policy",
         "random": "envs.policies:random_policy",
     },
+    "Rover": {
+        "team": "envs.rover:team_policy",
+        "nearest": "envs.rover:nearest_poi_policy",
+        "random": "envs.policies:random_policy",
+    },
 }
 
 Policy = Callable[[jax.Array, Any, Any], jax.Array]

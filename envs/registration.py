@@ -36,6 +36,7 @@ BUNDLED_ENVS: dict[str, str] = {
     "Coverage": "envs.coverage:Coverage",
     "Discovery": "envs.discovery:Discovery",
     "Dispersion": "envs.dispersion:Dispersion",
+    "Rover": "envs.rover:Rover",
 }
 
 _ADAPTER_KWARGS = ("render_mode", "max_cycles")

@@ -74,9 +74,9 @@ def steps_per_round(config: Any, max_steps: int) -> int:
     """Training env steps one round of ``config`` spends (see the module docstring)."""
     mcfg, ecfg = config.mappo, config.es
     steps = 0
-    if config.mode != "es":
+    if config.trains_executor:
         steps += config.grad_steps_per_outer * mcfg.batch_size
-    if config.mode != "mappo":
+    if config.runs_es:
         steps += ecfg.num_candidates * config.episodes * max_steps
     return steps
 

@@ -119,7 +119,7 @@ def _run_training(trainer, progress: bool) -> int:
     print(f"feudal-es: training {cfg.env} ({members[0].env.kind} path), mode {cfg.mode}, "
           f"{cfg.n_outer} rounds from round {trainer.round}, "
           f"population {cfg.es.num_candidates} x {cfg.episodes} episodes, "
-          f"selector {members[0].selector_size} parameters{seeds}", flush=True)
+          f"ES on {members[0].theta_size} parameters ({cfg.es_params}){seeds}", flush=True)
     t0 = time.perf_counter()
     try:
         trainer.run(progress=progress)
@@ -339,6 +339,8 @@ def _convert(args: argparse.Namespace) -> int:
 # parser
 # ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from feudal_es.config import MODES
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--import", dest="imports", action="append", metavar="MODULE",
                         help="import MODULE first (repeatable), e.g. one that registers "
@@ -352,8 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--env", default=env_default,
                        help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`); "
                             "with --resume, the run's own env (to trust a 'module:attr')")
-        p.add_argument("--mode", choices=["merl", "es", "mappo"],
-                       help="merl: ES + MAPPO; es: executor frozen; mappo: selector frozen")
+        p.add_argument("--mode", choices=list(MODES),
+                       help="merl: ES on the selector + MAPPO on the executor; es: ES on the "
+                            "whole actor; es-selector: ES on the selector, executor frozen; "
+                            "mappo: MAPPO, selector frozen (see ActorConfig.options)")
         p.add_argument("--n-outer", type=int, help="outer MERL rounds")
         p.add_argument("--seed", type=int)
         p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",

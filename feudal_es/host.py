@@ -345,9 +345,9 @@ def team_reward(infos: Mapping, rewards: Mapping) -> float:
 
 
 @functools.cache
-def policy(period: int, deterministic: bool) -> Callable:
+def policy(period: int, deterministic: bool, explore: float = 0.0) -> Callable:
     """The one jitted policy of the host path, cached per setting (so a second trainer on
-    the same shapes does not compile it again):
+    the same shapes does not compile it again; ``explore``: see ``FeudalActor.step``):
     ``policy(actor, critic, keys[E], obs[E], adj[E], gstate[E], held[E], t[E]) ->
     (held, ActOut, value)`` for ``E`` env copies at once; with ``critic=None`` (and
     ``gstate=None``) the value is ``None`` (evaluation)."""
@@ -355,7 +355,7 @@ def policy(period: int, deterministic: bool) -> Callable:
     @eqx.filter_jit
     def step(actor, critic, keys, obs, adj, gstate, held, ep_t):
         new_held, out = jax.vmap(
-            lambda k, o, a, h, t: actor.step(k, o, a, h, t, period, deterministic))(
+            lambda k, o, a, h, t: actor.step(k, o, a, h, t, period, deterministic, explore))(
                 keys, obs, adj, held, ep_t)
         value = None if critic is None else jax.vmap(critic)(gstate, skill_ids(new_held))
         return new_held, out, value
@@ -410,7 +410,8 @@ class HostCollector:
         self._ep_return = np.zeros(len(envs), np.float64)
         self._ep_team = np.zeros(len(envs), np.float64)
         self._held: Any = None
-        self._policy = policy(cfg.selector_period, deterministic)
+        self._policy = policy(cfg.selector_period, deterministic, cfg.option_exploration)
+        self._bootstrap = policy(cfg.selector_period, deterministic)
         self.step_timeout = float(step_timeout)
         for i in range(len(envs)):
             self._obs.append(self._reset(i))
@@ -504,10 +505,11 @@ class HostCollector:
             steps.append(dict(obs=obs, adj=adj, global_state=gstate, held=held,
                               action=out.action, log_prob=out.log_prob, value=value,
                               reward=reward, done=done, alive=alive))
-        # bootstrap value after the last step
+        # bootstrap value after the last step, under the option the selector would choose
+        # (no exploration, as the JAX path's collect)
         obs, alive, adj, gstate = self._inputs()
         key, sub = jax.random.split(key)
-        _, _, last_value = jax.device_get(self._policy(
+        _, _, last_value = jax.device_get(self._bootstrap(
             ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._held,
             self._ep_t))
         traj = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *steps)
@@ -535,8 +537,9 @@ class HostEvaluator:
     """
 
     def __init__(self, make: Callable[..., Any], spec: HostEnvSpec, episodes: int,
-                 period: int, deterministic: bool, max_steps: int, timeout: float = 0.0):
-        self.make = make
+                 period: int, deterministic: bool, max_steps: int, timeout: float = 0.0,
+                 params: str = "selector"):
+        self.make, self.params = make, params
         self.envs = [make() for _ in range(episodes)]
         self.spec = spec
         self.max_steps = max_steps
@@ -587,9 +590,9 @@ class HostEvaluator:
 
     def returns(self, actor: Any, thetas: np.ndarray, seed: int, key: jax.Array,
                 episodes: int | None = None) -> np.ndarray:
-        """``[P, E]`` team returns of ``thetas[P, D]`` put into ``actor``'s selector; a
-        failed member's row is NaN (its failure is in ``failures``)."""
-        from agents import set_selector_theta
+        """``[P, E]`` team returns of ``thetas[P, D]`` put into ``actor`` (its selector, or
+        the whole actor: ``params``); a failed member's row is NaN (see ``failures``)."""
+        from agents import set_es_theta
 
         count = len(self.envs) if episodes is None else int(episodes)
         while len(self.envs) < count:
@@ -597,7 +600,7 @@ class HostEvaluator:
         out = np.zeros((len(thetas), count), np.float64)
         self.failures = []
         for p, theta in enumerate(thetas):
-            a = set_selector_theta(actor, jnp.asarray(theta))
+            a = set_es_theta(actor, jnp.asarray(theta), self.params)
             for e in range(count):
                 try:
                     out[p, e] = self.episode(a, self.envs[e], seed + e,

@@ -68,12 +68,17 @@ class MAPPOConfig:
     # gradient inside a loop body ~20x slower than in straight-line code); "auto": split
     # when the actor reads image observations (a CNN), fused otherwise
     update: str = "auto"
+    # during collection, each agent's option at a decision step is a uniformly random one
+    # with this probability (else the selector's), so the executor practises every option
+    # in every kind of state and ES candidates that choose differently meet a competent
+    # executor; evaluation and fitness episodes never explore
+    option_exploration: float = 0.2
 
     def __post_init__(self) -> None:
         c = type(self).__name__
         for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm"):
             check_number(f"{c}.{name}", getattr(self, name), low=0.0, low_open=True)
-        for name in ("gamma", "gae_lambda"):
+        for name in ("gamma", "gae_lambda", "option_exploration"):
             check_number(f"{c}.{name}", getattr(self, name), low=0.0, high=1.0)
         for name in ("value_clip_eps", "huber_delta", "ent_coef", "vf_coef"):
             check_number(f"{c}.{name}", getattr(self, name), low=0.0)
@@ -477,7 +482,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     period = cfg.selector_period
 
     def policy(key, obs, adj, held, t):
-        return actor.step(key, obs, adj, held, t, period, deterministic)
+        return actor.step(key, obs, adj, held, t, period, deterministic,
+                          cfg.option_exploration)
 
     def one_step(carry, key):
         ro: RolloutState = carry
@@ -508,8 +514,10 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     last_gs = jax.vmap(env.global_state)(ro.env_state)
     # the value of the state after the last step, under the skill the agents would hold
     last_adj = jax.vmap(env.comm_graph)(ro.env_state)
-    last_held = jax.vmap(lambda o, a, h, t: actor.select_skills(o, a, h, t, period))(
-        ro.obs, last_adj, ro.held, ro.ep_t)
+    last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),
+                                 ro.ep_t.shape[0])  # used by random options only
+    last_held = jax.vmap(lambda o, a, h, t, k: actor.select_skills(o, a, h, t, period, k))(
+        ro.obs, last_adj, ro.held, ro.ep_t, last_keys)
     last_value = jax.vmap(critic)(last_gs, skill_ids(last_held))
     batch = Batch(
         obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], held=traj["held"],

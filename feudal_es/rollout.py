@@ -19,7 +19,7 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from agents import FeudalActor, set_selector_theta
+from agents import FeudalActor, set_es_theta
 from envs.base import SwarmEnv
 from envs.episode import Episode, run_episode
 from feudal_es import es, mappo
@@ -51,11 +51,12 @@ def episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, period: int,
 
 
 def make_population_rollouts(env: SwarmEnv, period: int, deterministic: bool,
-                             chunk: int = 0) -> Callable:
+                             chunk: int = 0, params: str = "selector") -> Callable:
     """``rollouts(actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics[P, E])``.
 
     Every member ``p`` runs episode ``e`` from ``keys[e]`` (common random numbers) with
-    ``set_selector_theta(actor, thetas[p])``; ``metrics`` are the env's at the last step.
+    ``set_es_theta(actor, thetas[p], params)`` (``params``: the selector, or the whole
+    actor); ``metrics`` are the env's at the last step.
     Pure; ``vmap`` x ``vmap`` x ``lax.scan``. ``0 < chunk < P`` evaluates the members
     ``chunk`` at a time instead, ``lax.map(batch_size=chunk)`` (a ``lax.scan`` over
     ``P // chunk`` vmapped chunks, then one vmap over the ``P % chunk`` remainder): same
@@ -68,7 +69,7 @@ def make_population_rollouts(env: SwarmEnv, period: int, deterministic: bool,
 
     def rollouts(actor: FeudalActor, thetas: jax.Array, keys: jax.Array):
         def member(theta):
-            a = set_selector_theta(actor, theta)
+            a = set_es_theta(actor, theta, params)
             return jax.vmap(lambda k: one(a, k))(keys)
 
         if 0 < chunk < thetas.shape[0]:
@@ -127,12 +128,14 @@ def jax_functions(config: Any, core: SwarmEnv) -> JaxFunctions:
     chunk = population_chunk(config)
     key = json.dumps({**{k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
                                            "deterministic_eval")},
-                      "devices": [d.id for d in devices], "chunk": chunk}, sort_keys=True)
+                      "devices": [d.id for d in devices], "chunk": chunk,
+                      "params": config.es_params}, sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
     mcfg, es_cfg, eps = config.mappo, config.es, config.episodes
     period = mcfg.selector_period
-    rollouts = make_population_rollouts(core, period, config.deterministic_eval, chunk)
+    rollouts = make_population_rollouts(core, period, config.deterministic_eval, chunk,
+                                        config.es_params)
 
     def team_fitness(thetas, actor, keys):
         return rollouts(actor, thetas, keys)[0].mean(axis=1)

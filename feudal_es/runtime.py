@@ -108,7 +108,7 @@ class HostRuntime:
         make_evaluator = functools.partial(
             host.HostEvaluator, env.make, self.spec, config.episodes,
             config.mappo.selector_period, config.deterministic_eval,
-            config.max_episode_steps, config.episode_timeout)
+            config.max_episode_steps, config.episode_timeout, config.es_params)
         self.evaluator = make_evaluator()  # one member at a time (the current selector)
         self.population_evaluator: Any = self.evaluator  # populations (P > 1)
         if config.backend == "ray":

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import selector_theta, set_selector_theta
+from agents import es_theta, set_es_theta
 from feudal_es import checkpoint, es, mappo, sharding
 from feudal_es.atomic import atomic_write_text
 from feudal_es.config import TrainerConfig
@@ -51,8 +51,8 @@ class SeedFunctions:
     keep_finite: Callable  # (before, after, metrics) -> (ts, skipped)
     generation: Callable  # (key, es_state, actor) -> (es_state, info)
     returns: Callable  # (actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics)
-    selector: Callable  # actor -> theta[D]
-    with_selector: Callable  # (ts, theta[D]) -> ts with theta as its actor's selector
+    selector: Callable  # actor -> theta[D] (what ES evolves: config.es_params)
+    with_selector: Callable  # (ts, theta[D]) -> ts with theta written into its actor
     place: Callable  # a stacked pytree -> where the seeds live (split over the mesh)
     unstack: Callable  # a stacked pytree -> one tree per seed (one jitted call)
     devices: int  # devices the seeds are split over
@@ -73,12 +73,14 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
     c = config.to_dict()
     key = json.dumps({**{k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
                                            "deterministic_eval")},
-                      "seeds": num_seeds, "chunk": population_chunk(config)}, sort_keys=True)
+                      "seeds": num_seeds, "chunk": population_chunk(config),
+                      "params": config.es_params}, sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
     mcfg, es_cfg, eps = config.mappo, config.es, config.episodes
+    params = config.es_params
     rollouts = make_population_rollouts(core, mcfg.selector_period, config.deterministic_eval,
-                                        population_chunk(config))
+                                        population_chunk(config), params)
 
     def generation(key: jax.Array, state: es.ESState, actor: Any):
         def fitness(thetas: jax.Array, k: jax.Array) -> jax.Array:
@@ -106,9 +108,9 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
     fns = SeedFunctions(
         train_step=train_step, keep_finite=batched(mappo.keep_finite),
         generation=batched(generation), returns=batched(rollouts),
-        selector=batched(selector_theta),
-        with_selector=batched(lambda ts, th: ts._replace(actor=set_selector_theta(ts.actor,
-                                                                                  th))),
+        selector=batched(lambda actor: es_theta(actor, params)),
+        with_selector=batched(lambda ts, th: ts._replace(actor=set_es_theta(ts.actor, th,
+                                                                            params))),
         place=place, unstack=eqx.filter_jit(lambda tree: [
             jax.tree.map(lambda x, i=i: x[i], tree) for i in range(num_seeds)]),
         devices=devices)
@@ -245,7 +247,7 @@ class MultiSeedTrainer:
         cfg, fns, trainers = self.config, self.fns, self.trainers
         t0 = time.perf_counter()
         ts, es_state, info = self.ts, self.es_state, None
-        if cfg.mode != "es":
+        if cfg.trains_executor:
             for _ in range(cfg.grad_steps_per_outer):
                 t_step = time.perf_counter()
                 after, metrics = fns.train_step(ts)
@@ -255,7 +257,7 @@ class MultiSeedTrainer:
                 for i, t in enumerate(trainers):
                     t.record_mappo({**{k: float(v[i]) for k, v in metrics.items()},
                                     "skipped_updates": float(skipped[i]), "sps": sps})
-        if cfg.mode != "mappo":
+        if cfg.runs_es:
             es_state = es_state._replace(mean=fns.selector(ts.actor))
             keys = fns.place(jnp.stack([jax.random.split(chain_key(t.keys.es, r))[1]
                                         for t in trainers]))

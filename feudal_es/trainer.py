@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import FeudalActor, selector_theta, set_selector_theta
+from agents import FeudalActor, es_theta, selector_theta, set_es_theta
 from feudal_es import checkpoint, es, mappo
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
@@ -88,7 +88,7 @@ class ESTrainer:
         self.runtime = make_runtime(config, self.env)
         self.keys = root_keys(config.seed)
         self.ts = self.runtime.init_train_state(self.keys.init)
-        self.es_state = es.init(selector_theta(self.ts.actor), config.es)
+        self.es_state = es.init(self.theta_of(self.ts.actor), config.es)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.round = 0
         self.history: list[dict] = []
@@ -106,6 +106,15 @@ class ESTrainer:
     @property
     def selector_size(self) -> int:
         return int(selector_theta(self.ts.actor).shape[0])
+
+    def theta_of(self, actor: FeudalActor) -> jax.Array:
+        """What ES evolves (``config.es_params``: the selector, or the whole actor)."""
+        return es_theta(actor, self.config.es_params)
+
+    @property
+    def theta_size(self) -> int:
+        """The number of parameters ES evolves."""
+        return int(self.theta_of(self.ts.actor).shape[0])
 
     @property
     def skill_names(self) -> tuple[str, ...]:
@@ -135,24 +144,22 @@ class ESTrainer:
         key = self.round_eval_key() if key is None else key
         return float(self.rollout_stats(jnp.asarray(theta)[None], key)[0].mean())
 
-    # --- the sync hooks (the one selector partition) ----------------------------------
-    @staticmethod
-    def sync_in(ts: mappo.TrainState, theta: jax.Array) -> jax.Array:
-        """The gradient learner's selector, read out of ``ts.actor`` (MERL injection)."""
+    # --- the sync hooks (the one ES partition) -----------------------------------------
+    def sync_in(self, ts: mappo.TrainState, theta: jax.Array) -> jax.Array:
+        """The gradient learner's ES leaves, read out of ``ts.actor`` (MERL injection)."""
         del theta
-        return selector_theta(ts.actor)
+        return self.theta_of(ts.actor)
 
-    @staticmethod
-    def sync_out(ts: mappo.TrainState, theta: jax.Array) -> mappo.TrainState:
-        """``ts`` with the evolved selector written into its actor."""
-        return ts._replace(actor=set_selector_theta(ts.actor, theta))
+    def sync_out(self, ts: mappo.TrainState, theta: jax.Array) -> mappo.TrainState:
+        """``ts`` with the evolved leaves written into its actor."""
+        return ts._replace(actor=set_es_theta(ts.actor, theta, self.config.es_params))
 
     # --- gradient side ---------------------------------------------------------------
     def gradient_step(self, ts: mappo.TrainState) -> mappo.TrainState:
         """One MAPPO train step (identity in ``es`` mode). A non-finite update is skipped:
         the learner keeps its last finite state, the rollout moves on. Metrics are kept
         in ``round_metrics`` for the round's row."""
-        if self.config.mode == "es":
+        if not self.config.trains_executor:
             return ts
         t0 = time.perf_counter()
         after, metrics = self.runtime.train_step(ts)
@@ -223,7 +230,7 @@ class ESTrainer:
 
     def _rounds(self, start: int, end: int) -> None:
         cfg = self.config
-        if cfg.mode == "mappo":  # the selector is frozen: no ES generation at all
+        if not cfg.runs_es:  # the selector is frozen: no ES generation at all
             ts = self.ts
             for _ in range(start, end):
                 for _ in range(cfg.grad_steps_per_outer):
@@ -231,7 +238,7 @@ class ESTrainer:
                 self._on_round(ts, self.es_state, None)
             return
         es.merl_coexist(
-            theta0=selector_theta(self.ts.actor), eval_fn=self.eval_fn,
+            theta0=self.theta_of(self.ts.actor), eval_fn=self.eval_fn,
             gradient_step_fn=self.gradient_step, sync_in=self.sync_in,
             sync_out=self.sync_out, n_outer=end - start,
             grad_steps_per_outer=cfg.grad_steps_per_outer, es_cfg=cfg.es,
@@ -266,7 +273,7 @@ class ESTrainer:
         returns ``[1, E]`` and env metrics), commit the round, write it, report it.
         ``seconds``: the round's wall time (default: since the last round ended)."""
         r = self.round
-        theta = selector_theta(ts.actor)
+        theta = self.theta_of(ts.actor)
         row = self._round_row(ts, theta, info, evaluation, seconds)
         # commit the round in one statement (an interrupt sees all of it or none)
         self.ts, self.es_state, self.round, self.history = ts, es_state, r + 1, [
@@ -346,7 +353,7 @@ class ESTrainer:
             self.rundir.log_failures(self.round, failures)
         cfg = self.config
         steps = self.runtime.round_env_steps(
-            0 if cfg.mode == "es" else cfg.grad_steps_per_outer * cfg.mappo.batch_size,
+            cfg.grad_steps_per_outer * cfg.mappo.batch_size if cfg.trains_executor else 0,
             0 if info is None else cfg.es.num_candidates)
         row.update(sps=steps / dt if steps else None, round_time=dt, wall_time=self._wall())
         return clean(row)
@@ -405,7 +412,7 @@ class ESTrainer:
         and selector ``theta`` (default: the actor's)."""
         actor = self.ts.actor if actor is None else actor
         if theta is not None:
-            actor = set_selector_theta(actor, jnp.asarray(theta))
+            actor = set_es_theta(actor, jnp.asarray(theta), self.config.es_params)
         seed = self.config.seed if seed is None else seed
         return self.runtime.episode_frames(actor, jax.random.key(seed), seed)
 

@@ -337,3 +337,44 @@ def test_conv2d_and_its_custom_gradient_match_a_channel_first_xla_conv(in_ch, ou
         conv.weight, conv.bias, x) for f in (ref, ours)]
     for g_ref, g_ours in zip(*grads, strict=True):
         np.testing.assert_allclose(g_ours, g_ref, rtol=1e-4, atol=1e-4)
+
+
+# --- how options are chosen -----------------------------------------------------------
+def test_option_exploration_mixes_uniform_options_as_configured():
+    """At decision steps a fraction ``explore`` of the options is uniformly random (so
+    about explore * (K - 1) / K differ from the selector's argmax); off decision steps
+    the held option stays; explore 0 is exactly the argmax; "uniform" and "fixed"."""
+    k, n, trials = 4, 64, 200
+    obs_space = spaces.Box(-1, 1, (5,), np.float32)
+    act = spaces.Box(-1, 1, (2,), np.float32)
+    actor = FeudalActor(jax.random.key(0), obs_space, act, k, ActorConfig(gnn_layers=0))
+    obs = jax.random.normal(jax.random.key(1), (n, 5))
+    adj = jnp.zeros((n, n))
+    held0 = jnp.zeros(n, jnp.int32)
+    greedy = np.asarray(actor.skill_logits(obs, adj).argmax(-1))
+    def pick(keys, t, explore):  # explore is static: a Python float
+        return jax.vmap(lambda key: actor.step(key, obs, adj, held0, t, 4, True, explore)[0])(
+            keys)
+
+    keys = jax.random.split(jax.random.key(2), trials)
+    for explore in (0.0, 0.25, 0.6):
+        skills = np.asarray(pick(keys, 0, explore))
+        differ = (skills != greedy).mean()
+        want = explore * (k - 1) / k
+        assert abs(differ - want) < 0.02, (explore, differ, want)  # 12800 draws: 5 sigma
+        assert np.bincount(skills[skills != greedy], minlength=k).min() > 0 or explore == 0
+    np.testing.assert_array_equal(np.asarray(pick(keys, 0, 0.0)), np.tile(greedy, (trials, 1)))
+    np.testing.assert_array_equal(np.asarray(pick(keys, 3, 0.6)), 0)  # not a decision step
+    uniform = FeudalActor(jax.random.key(0), obs_space, act, k,
+                          ActorConfig(gnn_layers=0, options="uniform"))
+    counts = np.bincount(np.asarray(jax.vmap(lambda key: uniform.step(
+        key, obs, adj, held0, 0, 4, True)[0])(keys)).ravel(), minlength=k)
+    assert np.abs(counts / counts.sum() - 1 / k).max() < 0.02
+    fixed = FeudalActor(jax.random.key(0), obs_space, act, k,
+                        ActorConfig(gnn_layers=0, options="fixed", fixed_option=2))
+    np.testing.assert_array_equal(np.asarray(fixed.step(keys[0], obs, adj, held0, 0, 4)[0]), 2)
+    with pytest.raises(ValueError, match="fixed_option=4"):
+        FeudalActor(jax.random.key(0), obs_space, act, k,
+                    ActorConfig(options="fixed", fixed_option=4))
+    with pytest.raises(ValueError, match="options"):
+        ActorConfig(options="random")

@@ -187,7 +187,7 @@ def test_500_generations_no_retracing_and_flat_memory(tmp_path, path):
             traces.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(listener)
-    overrides = {"mode": "es", "n_outer": 500, "checkpoint_every": 25, "plot_every": 5,
+    overrides = {"mode": "es-selector", "n_outer": 500, "checkpoint_every": 25, "plot_every": 5,
                  "keep_checkpoints": 2}
     if path == "jax":
         t = ESTrainer(TINY.override(overrides), tmp_path / "run")

@@ -93,10 +93,10 @@ def test_after_the_end_the_state_is_frozen_and_scores_nothing():
     """A fixed-length fitness episode longer than the env's (no auto-reset) counts the
     finished episode once: the state stops and the rewards are 0 after ``done``."""
     env = make_jaxmarl("MPE_simple_spread_v3", max_steps=4)  # 5-step episodes
-    obs, state = env.reset(jax.random.key(0))
+    _, state = env.reset(jax.random.key(0))
     rewards, dones = [], []
     for t in range(8):
-        obs, state, out = env.step(jax.random.key(t), state, jnp.array([1, 2, 3]))
+        _, state, out = env.step(jax.random.key(t), state, jnp.array([1, 2, 3]))
         rewards.append(float(out.team_reward))
         dones.append(bool(out.done))
     assert dones == [False] * 4 + [True] * 4
@@ -120,7 +120,7 @@ def test_bundled_env_as_a_jaxmarl_env():
     np.testing.assert_array_equal(np.asarray(obs["agent_1"]["vec"]),
                                   np.asarray(core_obs["vec"][1]))
     acts = {a: jnp.full(2, 0.5 * i) for i, a in enumerate(env.agents)}
-    obs, state, rew, dones, info = env.step_env(jax.random.key(1), state, acts)
+    obs, state, rew, dones, _ = env.step_env(jax.random.key(1), state, acts)
     _, _, out = core.step(jax.random.key(1), core_state, jnp.stack(list(acts.values())))
     assert float(rew["agent_2"]) == float(out.reward[2]) and not bool(dones["__all__"])
     assert env.action_space("agent_0").shape == (2,)

@@ -54,7 +54,7 @@ class RayLine(Line):
 
 pettingzoo.register("parallel", "tests/RayLine-v0", entry_point=RayLine)
 
-CFG = TrainerConfig(env="tests/RayLine-v0", mode="es", n_outer=2, episodes=2, num_skills=2,
+CFG = TrainerConfig(env="tests/RayLine-v0", mode="es-selector", n_outer=2, episodes=2, num_skills=2,
                     es=dict(pop_size=6, sigma=0.5), actor=TINY_ACTOR, critic=dict(hidden=[32]),
                     mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1,
                                selector_period=2),

@@ -107,7 +107,7 @@ class Line(line_envs.Line):
 
 
 HOST = TrainerConfig(
-    env="tests/Line", mode="es", n_outer=2, episodes=2, seed=3, num_skills=2,
+    env="tests/Line", mode="es-selector", n_outer=2, episodes=2, seed=3, num_skills=2,
     es=dict(pop_size=4, sigma=0.5, lr=0.1), actor=TINY_ACTOR, critic=dict(hidden=[16]),
     mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1, selector_period=2),
     checkpoint_every=100, plot_every=100, gif=False,
@@ -224,7 +224,7 @@ def test_malformed_custom_env_is_refused_before_any_compute(tmp_path, bad, match
 
 
 def _tiny_checkpoint(tmp_path_factory) -> tuple[ESTrainer, object]:
-    t = ESTrainer(dataclasses.replace(TINY, mode="es", plot_every=100),
+    t = ESTrainer(dataclasses.replace(TINY, mode="es-selector", plot_every=100),
                   tmp_path_factory.mktemp("ckpt") / "run")
     t.run(rounds=1)
     return t, checkpoint.CheckpointManager(t.run_dir).latest()
@@ -320,7 +320,7 @@ def test_selector_file_of_wrong_length_is_refused(tiny_run, tmp_path, capsys):
 def test_fresh_run_refuses_a_directory_holding_a_run(tiny_run):
     t, _ = tiny_run
     with pytest.raises(ValueError, match=r"already holds a run .*--resume"):
-        ESTrainer(dataclasses.replace(TINY, mode="es"), t.run_dir).run(rounds=1)
+        ESTrainer(dataclasses.replace(TINY, mode="es-selector"), t.run_dir).run(rounds=1)
     assert len(rows(t.run_dir)) == 1  # untouched
 
 
@@ -466,7 +466,7 @@ def test_nan_critic_update_is_detected_without_a_simulated_loss(tmp_path):
 def test_every_member_nan_on_the_jax_path_stops_before_writing(tmp_path):
     from agents import executor_filter
 
-    t = ESTrainer(dataclasses.replace(TINY, mode="es"), tmp_path / "run")
+    t = ESTrainer(dataclasses.replace(TINY, mode="es-selector"), tmp_path / "run")
     t.run(rounds=1)
     params, rest = eqx.partition(t.ts.actor, executor_filter(t.ts.actor))
     t.ts = t.ts._replace(actor=eqx.combine(_poison(params), rest))  # NaN actions everywhere
@@ -485,7 +485,8 @@ def test_every_member_nan_on_the_jax_path_stops_before_writing(tmp_path):
 
 
 # ================================================================ 4. process signals
-ES_RUN = dataclasses.replace(TINY, mode="es", n_outer=4, checkpoint_every=100, plot_every=100)
+ES_RUN = dataclasses.replace(TINY, mode="es-selector", n_outer=4, checkpoint_every=100,
+                             plot_every=100)
 
 
 def _signal_in_round(t: ESTrainer, round_: int, *signums: int) -> None:

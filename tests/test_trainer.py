@@ -137,8 +137,24 @@ def test_one_merl_round_partitions_the_leaves(trainer, tmp_path):
     assert row["round"] == 0 and row["fitness_best"] is not None and "mappo/policy_loss" in row
 
 
+def test_whole_actor_es_moves_executor_leaves_and_selector_es_does_not(tmp_path):
+    """``--mode es`` (MERL's EA-only ablation) evolves every actor leaf; ``es-selector``
+    only the selector's. Neither takes a MAPPO step."""
+    t = ESTrainer(dataclasses.replace(TINY, mode="es"), tmp_path / "whole")
+    before = t.ts
+    assert t.theta_size > 10 * t.selector_size and t.es_state.mean.size == t.theta_size
+    t.run(rounds=1)
+    for filt in (executor_filter, selector_filter):
+        moved = [not np.array_equal(a, b) for a, b in zip(
+            leaves(eqx.filter(t.ts.actor, filt(t.ts.actor))),
+            leaves(eqx.filter(before.actor, filt(before.actor))), strict=True)]
+        assert all(moved), filt.__name__
+    np.testing.assert_array_equal(t.theta_of(t.ts.actor), t.es_state.mean)  # written back
+    assert int(t.ts.update_step) == 0
+
+
 def test_es_mode_freezes_executor_and_mappo_mode_freezes_selector(tmp_path):
-    t_es = ESTrainer(dataclasses.replace(TINY, mode="es"), tmp_path / "es")
+    t_es = ESTrainer(dataclasses.replace(TINY, mode="es-selector"), tmp_path / "es")
     before = t_es.ts
     t_es.run(rounds=1)
     assert_trees_equal(eqx.filter(t_es.ts.actor, executor_filter(t_es.ts.actor)),

@@ -26,7 +26,7 @@ from feudal_es.trainer import ESTrainer, TrainerConfig, UntrustedEnvError, resol
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A real one-round run of the tiny Coverage config: (trainer, run dir)."""
-    t = ESTrainer(dataclasses.replace(TINY, mode="es", n_outer=1),
+    t = ESTrainer(dataclasses.replace(TINY, mode="es-selector", n_outer=1),
                   tmp_path_factory.mktemp("run") / "real")
     t.run()
     return t, t.run_dir
@@ -91,7 +91,7 @@ def test_resume_may_only_repeat_the_runs_env(run, capsys):
 
 
 HOST = TrainerConfig(
-    env="line_envs:Line", mode="es", n_outer=1, episodes=2, seed=3, num_skills=2,
+    env="line_envs:Line", mode="es-selector", n_outer=1, episodes=2, seed=3, num_skills=2,
     es=dict(pop_size=4, sigma=0.5, lr=0.1), actor=TINY_ACTOR, critic=dict(hidden=[16]),
     mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1, selector_period=2),
     plot_every=100, gif=False,

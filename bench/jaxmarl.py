@@ -1,0 +1,216 @@
+"""Our MAPPO against JaxMARL's own baselines, on JaxMARL's env, in the same run.
+
+    python -m bench.jaxmarl                  # ~8 min on 2 CPU cores
+    python -m bench.jaxmarl --quick          # 0.2M steps a side, a smoke run
+
+Both sides train on ``MPE_simple_spread_v3`` (3 agents, 26-step episodes) on this CPU:
+
+1. **IPPO-FF's settings** (64-64 tanh MLP actor and critic, 16 envs x 128 steps, 4 epochs
+   x 4 minibatches, lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, clip 0.2, entropy 0.01,
+   vf 0.5, grad norm 0.5, no value normalisation, MSE value loss): feudal-es's trainer
+   (``--mode mappo``, ``jaxmarl/MPE_simple_spread_v3``: one skill, so the selector is
+   idle and this is plain MAPPO with a centralized critic) for 1M env steps, one seed and
+   two seeds in one program, against JaxMARL's ``ippo_ff_mpe.py`` through
+   ``../shared/anchors/jaxmarl/run_anchor.sh`` (when that folder exists).
+2. **Our best settings** (``BEST_PROBE`` of the listed ``SWEEP``, rerun with ``--sweep``)
+   for 0.4M env steps, seeds 0 and 1 in one program, against JaxMARL's MAPPO-RNN
+   (``ALGO=mappo_rnn``) at 0.4M.
+
+Units, as the anchor's README gives them: sps = env steps (one transition of one
+vectorised env = 3 agent steps) per second of training, compile excluded (our side: the
+wall time of every round after the first, which compiles); returns are JaxMARL's logging
+units, the episode sum of ``3 x reward_i`` averaged over agents (= 3 x our team return).
+``final_return``: the training rollouts' finished episodes over the last 10% of the run;
+``eval_return_1024eps``: the trained policy, sampling as in training, on 1024 fresh
+episodes. One line per side in the anchor's format, then a markdown table and ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: python bench/jaxmarl.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import feudal_es  # noqa: F401 - one JAX CPU device per core, as the trainer runs
+from bench.common import Report, add_json_arg, markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+ANCHOR = ROOT.parent / "shared" / "anchors" / "jaxmarl" / "run_anchor.sh"
+ENV = "MPE_simple_spread_v3"
+AGENTS = 3  # logged returns are 3 x our team return
+
+# JaxMARL IPPO-FF's settings (IPPO/config/ippo_ff_mpe.yaml), as feudal-es config fields
+IPPO = dict(
+    mappo=dict(num_envs=16, num_steps=128, epochs=4, minibatches=4, lr=2.5e-4,
+               critic_lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
+               ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, value_norm=False,
+               huber_delta=0.0, value_clip_eps=0.2, selector_period=26),
+    actor=dict(vec_hidden=[], vec_out=64, gnn_layers=0, embed_hidden=[], embed_dim=64,
+               executor_hidden=[], activation="tanh"),
+    critic=dict(hidden=[64, 64], layer_norm=False))
+# The sweep that chose the best settings (``--sweep``): each probe trains seeds 0 and 1 in
+# one program for 0.4M env steps; a probe is the IPPO settings with these MAPPO fields
+# (and "actor" / "critic" fields) changed. Ranked by final_return (training rollouts, last
+# 10%), the eval return beside it.
+LR2 = {"lr": 2e-3, "critic_lr": 2e-3}
+SWEEP: list[tuple[str, dict[str, Any]]] = [
+    ("IPPO settings", {}),
+    ("lr 1e-3", {"lr": 1e-3, "critic_lr": 1e-3}),
+    ("lr 2e-3", LR2),
+    ("lr 5e-3", {"lr": 5e-3, "critic_lr": 5e-3}),
+    ("lr 2e-3, value norm, Huber", {**LR2, "value_norm": True, "huber_delta": 10.0}),
+    ("lr 2e-3, 2 minibatches", {**LR2, "minibatches": 2}),
+    ("lr 2e-3, 16 envs x 64 steps", {**LR2, "num_steps": 64}),
+    ("lr 2e-3, no entropy bonus", {**LR2, "ent_coef": 0.0}),
+    ("lr 3e-3, 32 envs x 32 steps", {"lr": 3e-3, "critic_lr": 3e-3, "num_envs": 32,
+                                     "num_steps": 32}),
+    ("lr 2e-3, 8 epochs", {**LR2, "epochs": 8}),
+    ("lr 2e-3, 16 epochs", {**LR2, "epochs": 16}),
+    ("lr 1e-3, 10 epochs, 1 minibatch", {"lr": 1e-3, "critic_lr": 1e-3, "epochs": 10,
+                                         "minibatches": 1}),
+    ("lr 2e-3, 8 epochs, 2 minibatches", {**LR2, "epochs": 8, "minibatches": 2}),
+    ("lr 2e-3, 128 units", {**LR2, "actor": {"vec_out": 128, "embed_dim": 128},
+                            "critic": {"hidden": [128, 128]}}),
+]
+# Our best settings for 0.4M steps: the sweep's best probe (by final return)
+BEST_PROBE = "lr 2e-3, 8 epochs"
+
+
+def probe(name: str) -> dict[str, Any]:
+    """The settings of a SWEEP probe: MAPPO fields, and "actor" / "critic" dicts."""
+    over = dict(dict(SWEEP)[name])
+    nets = {k: {**IPPO[k], **over.pop(k, {})} for k in ("actor", "critic")}
+    return {"mappo": {**IPPO["mappo"], **over}, **nets}
+
+
+def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
+         grad_steps: int = 8) -> dict[str, Any]:
+    """Train ``--mode mappo`` for ``steps`` env steps (rounded to whole rounds) with the
+    given settings; sps excludes the first round (compilation)."""
+    import jax
+    import numpy as np
+
+    from agents import selector_theta
+    from feudal_es.config import TrainerConfig
+    from feudal_es.rollout import make_population_rollouts
+    from feudal_es.seeds import MultiSeedTrainer
+    from feudal_es.trainer import ESTrainer
+
+    m = settings["mappo"]
+    per_round = grad_steps * m["num_envs"] * m["num_steps"]
+    rounds = max(2, -(-steps // per_round))
+    updates = rounds * grad_steps
+    cfg = TrainerConfig(
+        env=f"jaxmarl/{ENV}", mode="mappo", n_outer=rounds, grad_steps_per_outer=grad_steps,
+        episodes=2, seed=seeds[0], seeds=seeds if len(seeds) > 1 else (),
+        mappo={**m, "anneal_updates": updates}, actor=settings["actor"],
+        critic=settings["critic"], checkpoint_every=10**6, plot_every=10**6, gif=False)
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-jaxmarl-"))
+    try:
+        trainer = (MultiSeedTrainer if len(seeds) > 1 else ESTrainer)(cfg, run_dir / "run")
+        t0 = time.perf_counter()
+        trainer.run(rounds=1)
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        trainer.run()
+        train_s = time.perf_counter() - t0
+        members = getattr(trainer, "trainers", [trainer])
+        curves = np.array([[h["mappo/team_return"] for h in t.history] for t in members])
+        k = max(1, rounds // 10)
+        core = members[0].runtime.core
+        sample = jax.jit(make_population_rollouts(core, m["selector_period"], False))
+        keys = jax.random.split(jax.random.key(12345), 1024)
+        evals = [float(np.asarray(sample(t.ts.actor, selector_theta(t.ts.actor)[None],
+                                         keys)[0]).mean()) for t in members]
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    timed = (rounds - 1) * per_round * len(seeds)
+    return dict(algo="feudal_es_mappo", env=ENV, num_envs=m["num_envs"], seeds=len(seeds),
+                steps=rounds * per_round, compile_s=round(compile_s, 2),
+                train_s=round(train_s, 2), sps=round(timed / train_s, 1),
+                first_return=round(float(AGENTS * curves[:, :k].mean()), 3),
+                final_return=round(float(AGENTS * curves[:, -k:].mean()), 3),
+                eval_return_1024eps=round(AGENTS * float(np.mean(evals)), 3),
+                curve_every_10pct=[round(float(x), 2) for x in
+                                   AGENTS * curves.mean(axis=0)[:: max(1, rounds // 10)]])
+
+
+def anchor(algo: str, steps: int) -> dict[str, Any] | None:
+    """JaxMARL's own baseline through the anchor's script (None when it is absent)."""
+    if not ANCHOR.exists():
+        return None
+    env = {**os.environ, "ALGO": algo, "TOTAL_TIMESTEPS": f"{steps:.0f}", "ROLLOUT": "0"}
+    env.pop("XLA_FLAGS", None)
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    proc = subprocess.run(["bash", str(ANCHOR)], env=env, capture_output=True, text=True,
+                          timeout=3600)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("jaxmarl_")), None)
+    if proc.returncode != 0 or line is None:
+        return {"algo": f"jaxmarl_{algo}", "error": proc.stderr[-2000:]}
+    head, *pairs = line.split()
+    out: dict[str, Any] = {"algo": head}
+    for key, _, value in (p.partition("=") for p in pairs):
+        out[key] = float(value) if re.fullmatch(r"-?[\d.]+(e[-+]?\d+)?", value) else value
+    return out
+
+
+def line(r: dict[str, Any]) -> str:
+    """One side in the anchor's format."""
+    keys = ("env", "num_envs", "seeds", "steps", "compile_s", "train_s", "sps",
+            "first_return", "final_return", "eval_return_1024eps")
+    return " ".join([r["algo"], *(f"{k}={r[k]}" for k in keys if k in r)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="0.2M env steps a side")
+    p.add_argument("--no-anchor", action="store_true", help="our side only")
+    p.add_argument("--sweep", action="store_true",
+                   help="run the SWEEP that chose the best settings (~6 min) and stop")
+    add_json_arg(p)
+    args = p.parse_args(argv)
+    report = Report("jaxmarl", args, argv)
+    if args.sweep:
+        results = {name: ours(probe(name), 400_000, (0, 1)) for name, _ in SWEEP}
+        print(markdown_table(["probe (0.4M env steps, seeds 0-1)", "final return",
+                              "eval return (1024 eps)", "env-steps/s"], "lrrr",
+                             [(n, r["final_return"], r["eval_return_1024eps"], r["sps"])
+                              for n, r in results.items()]))
+        report.write({"sweep": results})
+        return 0
+    ippo_steps, best_steps = (200_000, 200_000) if args.quick else (1_000_000, 400_000)
+    rows = {
+        "ours_ippo_settings": ours(IPPO, ippo_steps, (0,)),
+        "ours_ippo_settings_2_seeds": ours(IPPO, ippo_steps, (0, 1)),
+        "ours_best_settings_2_seeds": ours(probe(BEST_PROBE), best_steps, (0, 1)),
+    }
+    if not args.no_anchor:
+        rows["jaxmarl_ippo_ff"] = anchor("ippo_ff", ippo_steps)
+        rows["jaxmarl_mappo_rnn"] = anchor("mappo_rnn", best_steps)
+    for r in rows.values():
+        if r is not None:
+            print(line(r) if "error" not in r else f"{r['algo']} failed: {r['error']}")
+    print()
+    table = [(name, r.get("seeds", 1), r["steps"], r["sps"], r["final_return"],
+              r.get("eval_return_1024eps", "")) for name, r in rows.items()
+             if r is not None and "error" not in r]
+    print(markdown_table(["run", "seeds", "env steps", "env-steps/s", "final return",
+                          "eval return (1024 eps)"], "lrrrrr", table))
+    report.write({"runs": rows, "best": {"probe": BEST_PROBE, **probe(BEST_PROBE)}},
+                 {"sps": "env steps per second (compile excluded)",
+                  "final_return": "episode sum of 3 x reward_i, mean over agents"})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
