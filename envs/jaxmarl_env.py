@@ -22,9 +22,9 @@ imports it only when an env is made.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
+import os
+import sys
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -48,9 +48,20 @@ def available() -> bool:
 
 
 def _jaxmarl() -> Any:
-    """``import jaxmarl``, without the line it prints about its optional submodules."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        import jaxmarl
+    """``import jaxmarl``, without the lines it prints about its optional submodules (one
+    of its imports rebinds ``sys.stdout``, so the file descriptor itself is silenced)."""
+    if "jaxmarl" in sys.modules:
+        return sys.modules["jaxmarl"]
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            import jaxmarl
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
     return jaxmarl
 
 

@@ -6,6 +6,7 @@ Subcommands:
   envs    list trainable env ids (bundled and PettingZoo-registered)
   render  write an episode GIF of a run or checkpoint
   demo    a CPU-sized training run on a bundled env (what `make demo` runs)
+  pretrain imitate a reference policy (behaviour cloning + DAgger) before training
   convert rewrite a checkpoint of an older feudal-es (.npz) as .safetensors
 
 Every command takes ``--import MODULE`` (repeatable): the module is imported before env
@@ -327,6 +328,60 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pretrain(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from agents import FeudalActor, selector_theta
+    from envs.episode import run_episode, stateless
+    from feudal_es.pretrain import PretrainConfig, expert_policy, imitate, save_pretrained
+    from feudal_es.resolve import resolve_env
+    from feudal_es.rollout import make_population_rollouts
+
+    cfg = _train_config(args)
+    env = resolve_env(cfg.env, cfg.env_kwargs)
+    if env.kind != "jax":
+        raise ValueError(f"pretrain needs a bundled env with reference policies, got {cfg.env!r}")
+    core = env.core
+    option = (core.skill_names.index(args.option) if args.option in core.skill_names
+              else int(args.option))
+    pcfg = PretrainConfig(expert=args.expert, option=option, rounds=args.rounds,
+                          episodes=args.episodes, steps_per_round=args.steps, seed=cfg.seed)
+    name, expert = expert_policy(cfg.env, pcfg.expert)
+    actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=option)
+    actor = FeudalActor.from_env(jax.random.key(cfg.seed), core, actor_cfg)
+    print(f"feudal-es pretrain: imitating {name} on {cfg.env}, option "
+          f"{core.skill_names[option]!r}: {pcfg.rounds} rounds (behaviour cloning, then "
+          f"DAgger) of {pcfg.episodes} episodes and {pcfg.steps_per_round} steps", flush=True)
+    actor, losses = imitate(core, actor, expert, pcfg)
+    keys = jax.random.split(jax.random.key(args.eval_seed), args.eval_episodes)
+    rollouts = jax.jit(make_population_rollouts(core, cfg.mappo.selector_period, True))
+    ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None], keys))
+    ret, metrics = ret[0], {k: v[0] for k, v in metrics.items()}
+    ref = jax.device_get(jax.jit(jax.vmap(lambda k: run_episode(
+        k, core, stateless(expert, core), record=lambda o: o.metrics)))(keys))
+    rows = {"imitator": {"team_return": float(np.mean(ret)),
+                         **{k: float(np.mean(v)) for k, v in metrics.items()}},
+            name: {"team_return": float(np.mean(ref.team_return)),
+                   **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
+    from feudal_es.checkpoint import SUFFIX
+    from feudal_es.rundir import default_run_dir
+
+    out = save_pretrained(args.out or str(default_run_dir(cfg.env, f"{name}-pretrained"))
+                          + SUFFIX, actor, {
+        "env": cfg.env, "config": cfg.to_dict(), "expert": name, "option": option,
+        "pretrain": dataclasses.asdict(pcfg), "loss_first": losses[0], "loss_last": losses[-1],
+        "heldout": rows})
+    print(f"loss {losses[0]:.4g} -> {losses[-1]:.4g}; on {args.eval_episodes} held-out "
+          f"episodes (seed {args.eval_seed}):")
+    for who, row in rows.items():
+        print(f"  {who:20s} " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()))
+    print(f"pretrained actor: {out} (start a run from it with --set init_from={out})")
+    return 0
+
+
 def _convert(args: argparse.Namespace) -> int:
     from feudal_es.checkpoint import convert_v1
 
@@ -420,6 +475,24 @@ def build_parser() -> argparse.ArgumentParser:
     training_args(demo, None)
     demo.set_defaults(func=_demo)
 
+    pt = sub.add_parser("pretrain", parents=[common], help="imitate a reference policy",
+                        description="Behaviour cloning, then DAgger, of the executor from a "
+                                    "bundled env's reference policy (e.g. clairvoyant Lloyd on "
+                                    "Coverage), holding one option; writes a pretrained actor "
+                                    "that a run starts from with --set init_from=PATH.")
+    training_args(pt, "feudal_es/Coverage-v0")
+    pt.add_argument("--config", help="TrainerConfig JSON (env, env_kwargs, actor sizes)")
+    pt.add_argument("--expert", default="reference",
+                    help="reference policy name (envs.gif.POLICIES; Coverage: "
+                         "lloyd_clairvoyant, lloyd, random)")
+    pt.add_argument("--option", default="0", help="option held while imitating (name or "
+                                                 "index, e.g. cover)")
+    pt.add_argument("--rounds", type=int, default=3, help="1 = behaviour cloning only")
+    pt.add_argument("--episodes", type=int, default=32, help="episodes per data round")
+    pt.add_argument("--steps", type=int, default=300, help="gradient steps per round")
+    pt.add_argument("--eval-episodes", type=int, default=16)
+    pt.add_argument("--eval-seed", type=int, default=4242)
+    pt.set_defaults(func=_pretrain)
     cv = sub.add_parser("convert", help="rewrite an older (.npz) checkpoint as .safetensors",
                         description="Rewrite a format-1 .npz checkpoint or selector file of an "
                                     "older feudal-es in the current format (read with a "

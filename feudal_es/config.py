@@ -113,6 +113,8 @@ class TrainerConfig:
     # backend, where the full-width batch's activations overflow the caches, the whole
     # population otherwise (a GPU wants the full width); n >= the population = one vmap
     population_chunk: int = 0
+    # a pretrained actor to start from (``feudal-es pretrain``'s output; "" = random init)
+    init_from: str = ""
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
 
@@ -120,6 +122,8 @@ class TrainerConfig:
         c = type(self).__name__
         if not isinstance(self.env, str) or not self.env:
             raise TypeError(f"{c}.env must be a non-empty string, got {self.env!r}")
+        if not isinstance(self.init_from, str):
+            raise TypeError(f"{c}.init_from must be a path string, got {self.init_from!r}")
         if not isinstance(self.env_kwargs, Mapping):
             raise TypeError(f"{c}.env_kwargs must be a dict, got "
                             f"{type(self.env_kwargs).__name__}")

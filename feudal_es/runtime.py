@@ -25,6 +25,16 @@ from feudal_es.rollout import jax_functions
 __all__ = ["HostRuntime", "JaxRuntime", "make_runtime"]
 
 
+def _initial(actor: FeudalActor, config: TrainerConfig) -> FeudalActor:
+    """The fresh ``actor``, or the pretrained one ``config.init_from`` names (its
+    structure checked against ``actor``'s)."""
+    if not config.init_from:
+        return actor
+    from feudal_es.pretrain import load_pretrained
+
+    return load_pretrained(config.init_from, actor)
+
+
 class JaxRuntime:
     """A functional env on the pure-JAX path: jitted train step, population rollouts and
     ES generation from :func:`feudal_es.rollout.jax_functions` (shared by trainers)."""
@@ -42,7 +52,8 @@ class JaxRuntime:
     def init_train_state(self, key: jax.Array) -> mappo.TrainState:
         """A fresh actor and critic and ``mappo.num_envs`` reset env copies."""
         k_actor, k_critic, k_state = jax.random.split(key, 3)
-        actor = FeudalActor.from_env(k_actor, self.core, self.config.actor)
+        actor = _initial(FeudalActor.from_env(k_actor, self.core, self.config.actor),
+                         self.config)
         critic = CentralCritic.from_env(k_critic, self.core, self.config.critic)
         return self.fns.init_state(k_state, self.core, actor, critic, self.config.mappo)
 
@@ -126,8 +137,8 @@ class HostRuntime:
 
         k_actor, k_critic, k_state = jax.random.split(key, 3)
         spec, cfg = self.spec, self.config
-        actor = FeudalActor(k_actor, spec.observation_space, spec.action_space,
-                            spec.num_skills, cfg.actor)
+        actor = _initial(FeudalActor(k_actor, spec.observation_space, spec.action_space,
+                                     spec.num_skills, cfg.actor), cfg)
         critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,
                                spec.num_skills, cfg.critic)
         copies = [self._probe] + [self.make() for _ in range(cfg.mappo.num_envs - 1)]

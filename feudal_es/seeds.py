@@ -31,11 +31,12 @@ from agents import es_theta, set_es_theta
 from feudal_es import checkpoint, es, mappo, sharding
 from feudal_es.atomic import atomic_write_text
 from feudal_es.config import TrainerConfig
+from feudal_es.keys import round_key
 from feudal_es.resolve import resolve_env
 from feudal_es.rollout import make_population_rollouts, population_chunk
 from feudal_es.rundir import default_run_dir
 from feudal_es.signals import StopOnSignals
-from feudal_es.trainer import ESTrainer, chain_key
+from feudal_es.trainer import ESTrainer
 
 __all__ = ["MultiSeedTrainer", "SeedFunctions", "seed_dirs", "seed_functions"]
 
@@ -259,8 +260,7 @@ class MultiSeedTrainer:
                                     "skipped_updates": float(skipped[i]), "sps": sps})
         if cfg.runs_es:
             es_state = es_state._replace(mean=fns.selector(ts.actor))
-            keys = fns.place(jnp.stack([jax.random.split(chain_key(t.keys.es, r))[1]
-                                        for t in trainers]))
+            keys = fns.place(jnp.stack([round_key(t.keys, r) for t in trainers]))
             es_state, dev_info = fns.generation(keys, es_state, ts.actor)
             dev_info = jax.device_get(dev_info)
             failed = [t.config.seed for i, t in enumerate(trainers)

@@ -8,10 +8,8 @@ round is :func:`feudal_es.es.merl_coexist`'s: gradient steps, the learner's sele
 injected into the ES mean, one ES generation on team fitness, the evolved selector
 written back; then the round is evaluated, logged and checkpointed.
 
-Keys: ``jax.random.key(seed)`` splits into the network/env init key, the ES key chain
-that ``merl_coexist`` consumes (round ``r`` uses the chain advanced ``r`` times,
-recomputed from the seed on resume) and a fixed evaluation key. So a resumed run repeats
-exactly what the uninterrupted run would have done (JAX path, same machine).
+Keys come from the seed by a fixed derivation (:mod:`feudal_es.keys`), so a resumed run
+repeats exactly what the uninterrupted run would have done (JAX path, same machine).
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -34,6 +32,7 @@ import numpy as np
 from agents import FeudalActor, es_theta, selector_theta, set_es_theta
 from feudal_es import checkpoint, es, mappo
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
+from feudal_es.keys import KeySchedule, chain_key, root_keys
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
 from feudal_es.rundir import RunDir, clean, default_run_dir
 from feudal_es.runtime import make_runtime
@@ -45,27 +44,6 @@ __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
 
 log = logging.getLogger("feudal_es.trainer")
 _keep_finite = eqx.filter_jit(mappo.keep_finite)
-
-
-class KeySchedule(NamedTuple):
-    """The three keys a run derives from its seed (a fixed derivation)."""
-
-    init: jax.Array  # networks and env copies
-    es: jax.Array  # start of the ES key chain (see chain_key)
-    eval: jax.Array  # the current selector's per-round evaluation episodes
-
-
-def root_keys(seed: int) -> KeySchedule:
-    """The :class:`KeySchedule` of ``seed``."""
-    return KeySchedule(*jax.random.split(jax.random.key(seed), 3))
-
-
-def chain_key(key: jax.Array, rounds: int) -> jax.Array:
-    """The key :func:`feudal_es.es.merl_coexist` holds after ``rounds`` rounds
-    (``key, _ = split(key)`` per round), recomputed from the start key."""
-    for _ in range(int(rounds)):
-        key = jax.random.split(key)[0]
-    return key
 
 
 class ESTrainer:

@@ -82,7 +82,8 @@ def test_help_on_every_command(work):
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {"train", "eval", "envs", "render", "demo", "convert"}
+    assert set(sub.choices) == {"train", "eval", "envs", "render", "demo", "pretrain",
+                                "convert"}
     for name, p in sub.choices.items():  # every command that resolves env ids
         assert ("--import" in p.format_help()) == (name != "convert"), name
     proc = cli("train", "--help", cwd=work)
@@ -171,8 +172,11 @@ def test_render_writes_an_episode_gif(work, trained):
 
 def test_envs_lists_bundled_and_imported_ids(work):
     res = json.loads(cli("envs", "--import", "test_cli", "--json", cwd=work).stdout)
-    ids = {r["id"]: r["bundled"] for r in res}
-    assert ids["feudal_es/Coverage-v0"] is True and ids["tests/CliLine-v0"] is False
+    ids = {r["id"]: (r["source"], r["path"]) for r in res}
+    assert ids["feudal_es/Coverage-v0"] == ("bundled", "jax")
+    assert ids["feudal_es/Rover-v0"] == ("bundled", "jax")
+    assert ids["tests/CliLine-v0"] == ("pettingzoo", "host")
+    assert "classic/rps-v2" not in ids  # its extra is not installed: not listed as trainable
 
 
 def test_unknown_env_is_a_clear_error(work):
