@@ -22,7 +22,7 @@ Contract (what adapters, agents and trainers rely on):
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import gymnasium as gym
@@ -56,6 +56,9 @@ class SwarmEnv(eqx.Module):
     num_agents: eqx.AbstractVar[int]
     max_steps: eqx.AbstractVar[int]
     skill_names: eqx.AbstractVar[tuple[str, ...]]
+    # which way each entry of EnvOut.metrics is better ("lower" / "higher"), for reports;
+    # team fitness (the summed team_reward) is always maximised
+    metric_better: ClassVar[dict[str, str]] = {}
 
     # --- pure, jittable core -------------------------------------------------------
     def reset(self, key: jax.Array) -> tuple[Obs, Any]:

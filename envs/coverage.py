@@ -15,7 +15,7 @@ integrates over the world (coverage cost, sensed mass) is a sum over these cells
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -102,6 +102,8 @@ class Coverage(SwarmEnv):
     num_agents: int = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
+    metric_better: ClassVar[dict[str, str]] = {"coverage_cost": "lower",
+                                               "sensed_fraction": "higher"}
     grid_size: int = eqx.field(static=True)
     map_size: int = eqx.field(static=True)
     map_pool: int = eqx.field(static=True)

@@ -9,6 +9,8 @@ is the coordination problem the feudal selector is meant to solve.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -64,6 +66,7 @@ class Discovery(_swarm.TargetSwarmEnv):
     obs_mode: str = eqx.field(static=True)
     sectors: int = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
+    metric_better: ClassVar[dict[str, str]] = {"discovered_frac": "higher"}
 
     def __init__(
         self,

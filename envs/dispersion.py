@@ -8,6 +8,8 @@ directions.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -67,6 +69,7 @@ class Dispersion(_swarm.TargetSwarmEnv):
     obs_mode: str = eqx.field(static=True)
     sectors: int = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
+    metric_better: ClassVar[dict[str, str]] = {"reached_frac": "higher"}
 
     def __init__(
         self,

@@ -12,6 +12,8 @@ to which POI (the coordination variable) is the selector's job: its options are 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -66,6 +68,7 @@ class Rover(_swarm.TargetSwarmEnv):
     sectors: int = eqx.field(static=True)
     agent_ids: bool = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
+    metric_better: ClassVar[dict[str, str]] = {"observed_frac": "higher"}
 
     def __init__(
         self,

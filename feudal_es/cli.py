@@ -109,6 +109,8 @@ def _train_config(args: argparse.Namespace, base: Any = None):
     for text in args.set or ():
         k, v = parse_assignment(text)
         sets[k] = v
+    if getattr(args, "imports", None):  # recorded, so eval / resume can say what to pass
+        sets["imports"] = sorted({*cfg.imports, *args.imports})
     return cfg.override(sets) if sets else cfg
 
 
@@ -148,17 +150,13 @@ def _run_training(trainer, progress: bool) -> int:
         print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds of "
               f"{len(members)} seeds; run dir: {trainer.run_dir}")
         for t in members:
-            last = t.history[-1] if t.history else {}
-            print(f"seed {t.config.seed}: selector fitness "
-                  f"{_fmt(last.get('selector_fitness'))} (best {_fmt(t.best_fitness)}); "
-                  f"{t.rundir.path}")
+            print(f"seed {t.config.seed}: {_summary(t)}; {t.rundir.path}")
         return 0
-    last = trainer.history[-1] if trainer.history else {}
     rd = trainer.rundir
     written = lambda p: p if p.exists() else "(not written)"
+    steps = (trainer.history[-1] if trainer.history else {}).get("env_steps", 0)
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
-          f"selector fitness {_fmt(last.get('selector_fitness'))} "
-          f"(best {_fmt(trainer.best_fitness)}), {last.get('env_steps', 0)} MAPPO env steps")
+          f"{_summary(trainer)}, {steps} MAPPO env steps")
     print(f"run dir:        {rd.path}")
     print(f"metrics:        {rd.metrics}")
     print(f"learning curve: {written(rd.plot)}")
@@ -166,6 +164,24 @@ def _run_training(trainer, progress: bool) -> int:
     print(f"checkpoint:     {rd.checkpoints.latest() or '(none)'}")
     print(f"episode GIF:    {written(rd.gif)}")
     return 0
+
+
+def _summary(trainer: Any) -> str:
+    """The last round in the progress bar's and the plot's names (rundir.LABELS)."""
+    from feudal_es.rundir import LABELS
+
+    if not trainer.history:
+        return "no rounds"
+    last = trainer.history[-1]
+    scored = [(h["selector_fitness"], i) for i, h in enumerate(trainer.history)
+              if h.get("selector_fitness") is not None]
+    at = max(scored, key=lambda x: x[0])[1] if scored else None  # first round of the best
+    text = (f"{LABELS['selector_fitness']} {_fmt(last.get('selector_fitness'))}, "
+            f"{LABELS['best_selector']} {_fmt(trainer.best_fitness)}"
+            + (f" (round {trainer.history[at]['round'] + 1})" if at is not None else ""))
+    if last.get("fitness_best") is not None:
+        text += f", {LABELS['fitness_best']} {_fmt(last['fitness_best'])}"
+    return text + " (team fitness, higher is better)"
 
 
 def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
@@ -189,6 +205,7 @@ def _trainer(config: Any, out: str | None) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from feudal_es.rundir import check_new_run_dir
     from feudal_es.seeds import MultiSeedTrainer, seed_dirs
     from feudal_es.trainer import ESTrainer
 
@@ -196,10 +213,20 @@ def _train(args: argparse.Namespace) -> int:
         if args.config or args.set or args.mode or args.out or args.seeds or args.num_seeds:
             raise ValueError("--resume continues a run with its own config; only --n-outer "
                              "(and --env repeating the run's env) may be given with it")
+        if not Path(args.resume).is_dir():
+            raise ValueError(f"cannot resume {args.resume}: no such directory")
         resume = (MultiSeedTrainer.resume if seed_dirs(args.resume) else ESTrainer.resume)
         trainer = resume(args.resume, n_outer=args.n_outer, env=args.env)
+        if trainer.round >= trainer.config.n_outer:
+            print(f"feudal-es: nothing to do: {args.resume} has completed {trainer.round} "
+                  f"of its {trainer.config.n_outer} rounds; pass --n-outer N with N > "
+                  f"{trainer.round} to extend it")
+            return 0
     else:
-        trainer = _trainer(_train_config(args), args.out)
+        config = _train_config(args)
+        if args.out:  # before any banner or compilation
+            check_new_run_dir(args.out)
+        trainer = _trainer(config, args.out)
     return _run_training(trainer, progress=not args.no_progress)
 
 
@@ -221,15 +248,15 @@ def _eval(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from agents import selector_theta
     from feudal_es.checkpoint import load_selector
     from feudal_es.stats import t_critical
 
     trainer, ckpt = _load_trainer(args.run, env=args.env)
-    size = trainer.selector_size
+    size = trainer.theta_size
     names, thetas = [], []
     for path in args.selector or ():
-        theta, _ = load_selector(path, expected_size=size)
+        theta, meta = load_selector(path, expected_size=size)
+        _check_selector_file(path, meta, trainer, args.force)
         names.append(str(path))
         thetas.append(jnp.asarray(theta, jnp.float32))
     if not names:  # default: the run's best selector and the checkpoint's current one
@@ -238,7 +265,7 @@ def _eval(args: argparse.Namespace) -> int:
             names.append(str(best))
             thetas.append(load_selector(best, expected_size=size)[0])
         names.append(f"{ckpt} (current selector)")
-        thetas.append(selector_theta(trainer.ts.actor))
+        thetas.append(trainer.theta_of(trainer.ts.actor))
     episodes = args.episodes or max(trainer.config.episodes, 16)
     if episodes < 2:
         raise ValueError("--episodes must be >= 2 (a standard deviation needs two)")
@@ -261,9 +288,12 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     metric_names = sorted(metrics)
-    print(f"{trainer.config.env}: {len(rows)} selectors on the same {episodes} episodes "
-          f"(seed {args.seed}), executor of {ckpt}")
-    header = ["selector", "team fitness (mean ± std)", "95% CI", *metric_names]
+    better = getattr(getattr(trainer.runtime, "core", None), "metric_better", {})
+    what = "selector" if len(rows) == 1 else "selectors"
+    print(f"{trainer.config.env}: {len(rows)} {what} on the same {episodes} episodes "
+          f"(seed {args.seed}), executor of {ckpt}; team fitness: higher is better")
+    header = ["selector", "team fitness (mean ± std)", "95% CI",
+              *[f"{m} ({better[m]} is better)" if m in better else m for m in metric_names]]
     table = [[r["selector"], f"{r['fitness_mean']:.4f} ± {r['fitness_std']:.4f}",
               f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}]",
               *[f"{r[m]:.4f}" for m in metric_names]] for r in rows]
@@ -315,12 +345,30 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_selector_file(path: str, meta: dict, trainer: Any, force: bool) -> None:
+    """A selector file of another env or actor is refused (``--force``: warned)."""
+    want = trainer.checkpoint_metadata()
+    diffs = [f"{what}: file has {meta.get(key)!r}, the run has {want.get(key)!r}"
+             for key, what in (("env", "env"), ("es_params", "evolved parameters"))
+             if meta.get(key) != want.get(key)]
+    mine, theirs = want["config"]["actor"], (meta.get("config") or {}).get("actor")
+    if theirs != mine:
+        diffs.append("actor: another architecture (ActorConfig) than the run's")
+    if diffs:
+        message = f"selector file {path} is not of this run's setup: " + "; ".join(diffs)
+        if not force:
+            raise ValueError(message + " (--force to evaluate it anyway)")
+        logging.getLogger("feudal_es").warning("%s; evaluating it anyway (--force)", message)
+
+
 def _render(args: argparse.Namespace) -> int:
     from feudal_es.checkpoint import load_selector
 
     trainer, _ = _load_trainer(args.run, env=args.env)
-    theta = load_selector(args.selector, expected_size=trainer.selector_size)[0] if \
-        args.selector else None
+    theta = None
+    if args.selector:
+        theta, meta = load_selector(args.selector, expected_size=trainer.theta_size)
+        _check_selector_file(args.selector, meta, trainer, args.force)
     out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
     if out is None:
         return 1
@@ -450,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, help="episodes (default max(16, config))")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the episodes")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ev.add_argument("--force", action="store_true",
+                    help="evaluate selector files of another env or actor (a warning)")
     ev.set_defaults(func=_eval)
 
     en = sub.add_parser("envs", parents=[common], help="list trainable env ids",
@@ -465,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--env", help="render on this env id (e.g. the run's own 'module:attr' "
                                   "env, which a run directory alone never imports)")
     rd.add_argument("--seed", type=int, default=0, help="seed of the episode")
+    rd.add_argument("--force", action="store_true",
+                    help="use a selector file of another env or actor (a warning)")
     rd.set_defaults(func=_render)
 
     demo = sub.add_parser("demo", parents=[common], help="CPU-sized training run "
@@ -526,8 +578,18 @@ def _log_to_stderr() -> None:
         logger.setLevel(logging.INFO)
 
 
+def _cwd_importable() -> None:
+    """``--import my_envs`` and ``--env my_envs:MyEnv`` find modules in the working
+    directory, as under ``python -m``. Appended, so a file there never shadows an installed
+    package; only modules the user names on the command line are imported."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _cwd_importable()
     from feudal_es.checkpoint import CheckpointError
 
     _log_to_stderr()

@@ -115,6 +115,9 @@ class TrainerConfig:
     population_chunk: int = 0
     # a pretrained actor to start from (``feudal-es pretrain``'s output; "" = random init)
     init_from: str = ""
+    # modules the run was started with (--import): recorded only, so that eval, render and
+    # --resume can name the --import to pass; a run directory never imports them itself
+    imports: tuple[str, ...] = ()
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
 
@@ -140,6 +143,10 @@ class TrainerConfig:
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
         for name in ("deterministic_eval", "gif"):
             check_bool(f"{c}.{name}", getattr(self, name))
+        imports = tuple(self.imports) if isinstance(self.imports, list) else self.imports
+        if not isinstance(imports, tuple) or not all(isinstance(m, str) for m in imports):
+            raise TypeError(f"{c}.imports must be a list of module names, got {imports!r}")
+        object.__setattr__(self, "imports", imports)
         seeds = tuple(self.seeds) if isinstance(self.seeds, list) else self.seeds
         object.__setattr__(self, "seeds", check_ints(f"{c}.seeds", seeds, 0))
         if len(set(self.seeds)) != len(self.seeds):

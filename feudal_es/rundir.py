@@ -26,7 +26,8 @@ import numpy as np
 from feudal_es import checkpoint
 from feudal_es.atomic import atomic_write, atomic_write_text
 
-__all__ = ["RunDir", "clean", "default_run_dir", "plot_history"]
+__all__ = ["CAPTION", "LABELS", "RunDir", "check_new_run_dir", "clean", "default_run_dir",
+           "plot_history"]
 
 log = logging.getLogger("feudal_es.rundir")
 
@@ -57,44 +58,114 @@ def default_run_dir(env_id: str, mode: str, root: str | os.PathLike = "runs") ->
     return path
 
 
-def plot_history(history: list[dict], path: Path, title: str) -> Path | None:
-    """Learning curve PNG (matplotlib, Agg). Returns None when matplotlib is missing."""
+# One name per number, shared by the progress bar, the summary line and the plot.
+LABELS = {
+    "selector_fitness": "selector",  # mean θ, on the evaluation episodes
+    "best_selector": "best selector",  # the best "selector" value so far (best_selector file)
+    "fitness_best": "pop. best",  # best member θ+σε this generation, on the fitness episodes
+    "fitness_mean": "pop. mean",
+}
+CAPTION = ("selector: the current selector (ES mean θ) on the evaluation episodes; pop. best / "
+           "mean: this generation's perturbed members θ+σε on the fitness episodes (other "
+           "episodes, and perturbed, so they can sit below the selector).")
+_FROZEN = {"es": "executor evolved by ES, no MAPPO (mode es)",
+           "es-selector": "executor frozen: no MAPPO (mode es-selector)",
+           "mappo": "selector not evolved (mode mappo)"}
+
+
+def plot_history(history: list[dict], path: Path, title: str,
+                 mode: str | None = None) -> Path | None:
+    """Learning curve PNG (matplotlib, Agg): team fitness by round (left) and the MAPPO
+    training returns (right), with the :data:`CAPTION` naming what each line is. A panel
+    whose learner the ``mode`` freezes says so. Returns None when matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
-    rounds = [h["round"] + 1 for h in history]
+    rounds = np.array([h["round"] + 1 for h in history])
 
-    def series(name):
-        return [np.nan if h.get(name) is None else h[name] for h in history]
+    def line(ax, name, fmt, label, **kw):
+        vals = np.array([np.nan if h.get(name) is None else h[name] for h in history], float)
+        ok = np.isfinite(vals)  # connect the rounds that have a value
+        if ok.any():
+            ax.plot(rounds[ok], vals[ok], fmt, label=label, **kw)
+        return ok.any()
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    ax1.plot(rounds, series("selector_fitness"), "o-", label="selector (mean θ)", ms=3)
-    if any(h.get("fitness_best") is not None for h in history):
-        ax1.plot(rounds, series("fitness_best"), "--", label="population best", lw=1)
-        ax1.plot(rounds, series("fitness_mean"), ":", label="population mean", lw=1)
-    ax1.set_xlabel("outer round")
-    ax1.set_ylabel("team fitness")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    line(ax1, "selector_fitness", "o-", LABELS["selector_fitness"], ms=3)
+    best = np.fmax.accumulate(np.array(
+        [np.nan if h.get("selector_fitness") is None else h["selector_fitness"]
+         for h in history], float)) if history else np.array([])
+    if best.size and np.isfinite(best).any():
+        ax1.plot(rounds, best, "-", color="0.6", lw=1, label=LABELS["best_selector"])
+    line(ax1, "fitness_best", "--", LABELS["fitness_best"], lw=1)
+    line(ax1, "fitness_mean", ":", LABELS["fitness_mean"], lw=1)
+    ax1.set_ylabel("team fitness (higher is better)")
     ax1.set_title("ES: team fitness")
-    ax1.legend(fontsize=8)
-    for name, label in (("mappo/team_return", "team return (training)"),
-                        ("mappo/episode_return", "mean agent return (training)"),
+    drawn = False
+    for name, label in (("mappo/team_return", "team return"),
+                        ("mappo/episode_return", "mean agent return"),
                         ("mappo/skill_reward", "skill reward / step")):
-        vals = series(name)
-        if any(np.isfinite(vals)):
-            ax2.plot(rounds, vals, ".-", label=label)
-    ax2.set_xlabel("outer round")
-    ax2.set_title("MAPPO rollouts")
-    if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(fontsize=8)
+        drawn |= line(ax2, name, ".-", label)
+    ax2.set_title("MAPPO training rollouts")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("outer round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    for ax, frozen in ((ax1, mode == "mappo"), (ax2, mode in ("es", "es-selector"))):
+        if frozen or (ax is ax2 and not drawn):
+            ax.text(0.5, 0.5, _FROZEN.get(mode, "no MAPPO rounds"), ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9, color="0.3")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.text(0.5, 0.01, CAPTION, ha="center", va="bottom", fontsize=7, wrap=True)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
     return path
+
+
+# What a run directory may hold besides checkpoints (a new run may start over these: they
+# are what a run killed before its first checkpoint leaves).
+_RUN_FILES = re.compile(r"^(config\.json|metrics\.jsonl|env_failures\.jsonl|"
+                        r"learning_curve\.png|best_selector\.(safetensors|npz)|episode\.gif|"
+                        r"tb|checkpoints|seed_\d+)$")
+
+
+def check_new_run_dir(path: str | os.PathLike) -> None:
+    """Raise ValueError unless a new run may start in ``path``: it does not exist, is
+    empty, or holds only what a run that never checkpointed leaves. A directory with a
+    checkpoint names the resume command; one holding other files is refused (a run would
+    mix its files into them)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ValueError(f"--out {path} is a file, not a directory")
+    dirs = [path, *(p for p in path.iterdir() if p.is_dir() and p.name.startswith("seed_"))]
+    for d in dirs:
+        mgr = checkpoint.CheckpointManager(d)
+        if mgr.legacy() and mgr.latest() is None:
+            raise ValueError(
+                f"run directory {path} holds a run of an older feudal-es "
+                f"({mgr.legacy()[-1].relative_to(path)}); rewrite it with `feudal-es convert "
+                "SRC` to resume it, or choose another directory")
+        latest = mgr.latest()
+        if latest is not None:
+            raise ValueError(
+                f"run directory {path} already holds a run (checkpoint "
+                f"{latest.relative_to(path)}); continue it with `feudal-es train --resume "
+                f"{path}` or choose another directory")
+    foreign = sorted(p.name for p in path.iterdir()
+                     if not _RUN_FILES.match(p.name) and not p.name.startswith(("ckpt_", ".")))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise ValueError(f"--out {path} is not empty and is not a run directory (it holds "
+                         f"{shown}); choose a new or empty directory")
 
 
 class RunDir:
@@ -135,12 +206,7 @@ class RunDir:
         """Before round 0 of a new run: refuse a directory holding another run's
         checkpoints, and start ``config.json`` / ``metrics.jsonl`` afresh (rows left by a
         run killed before its first checkpoint belong to nothing that can be resumed)."""
-        latest = self.checkpoints.latest()
-        if latest is not None:
-            raise ValueError(
-                f"run directory {self.path} already holds a run (checkpoint {latest.name}); "
-                f"continue it with `feudal-es train --resume {self.path}` or choose another "
-                "directory")
+        check_new_run_dir(self.path)
         self.write_config(config)
         atomic_write_text(self.metrics, "")
 
@@ -196,8 +262,9 @@ class RunDir:
         if self._tb:
             self._tb.flush()
 
-    def save_plot(self, history: list[dict[str, Any]], title: str) -> Path | None:
-        return plot_history(history, self.plot, title)
+    def save_plot(self, history: list[dict[str, Any]], title: str,
+                  mode: str | None = None) -> Path | None:
+        return plot_history(history, self.plot, title, mode)
 
     # --- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, round_: int, tree: Any, metadata: dict[str, Any]) -> Path:

@@ -34,7 +34,7 @@ from feudal_es.config import TrainerConfig
 from feudal_es.keys import round_key
 from feudal_es.resolve import resolve_env
 from feudal_es.rollout import make_population_rollouts, population_chunk
-from feudal_es.rundir import default_run_dir
+from feudal_es.rundir import LABELS, check_new_run_dir, default_run_dir
 from feudal_es.signals import StopOnSignals
 from feudal_es.trainer import ESTrainer
 
@@ -204,7 +204,9 @@ class MultiSeedTrainer:
                     rows = self._round(r)
                     if bar is not None:
                         fit = np.mean([row["selector_fitness"] for row in rows])
-                        bar.set_postfix({"fit(mean)": f"{fit:.3g}"})
+                        best = np.mean([t.best_fitness for t in self.trainers])
+                        bar.set_postfix({f"{LABELS['selector_fitness']} (seed mean)":
+                                         f"{fit:.3g}", LABELS["best_selector"]: f"{best:.3g}"})
                         bar.update(1)
                     if on_round is not None:
                         on_round(rows)
@@ -228,13 +230,7 @@ class MultiSeedTrainer:
         return self.histories
 
     def _start_fresh(self) -> None:
-        for s, d in seed_dirs(self.run_dir).items():
-            latest = checkpoint.CheckpointManager(d).latest()
-            if latest is not None:
-                raise ValueError(
-                    f"run directory {self.run_dir} already holds a run (seed {s}: "
-                    f"{latest.name}); continue it with `feudal-es train --resume "
-                    f"{self.run_dir}` or choose another directory")
+        check_new_run_dir(self.run_dir)
         self.write_config()
 
     def write_config(self) -> None:

@@ -34,7 +34,7 @@ from feudal_es import checkpoint, es, mappo
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.keys import KeySchedule, chain_key, root_keys
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
-from feudal_es.rundir import RunDir, clean, default_run_dir
+from feudal_es.rundir import LABELS, RunDir, clean, default_run_dir
 from feudal_es.runtime import make_runtime
 from feudal_es.signals import StopOnSignals, TrainingInterrupted
 
@@ -258,9 +258,10 @@ class ESTrainer:
             *self.history, row]
         self._record(row, theta)
         if self._pbar is not None:
-            post = {"gen": r + 1, "fit": f"{row['selector_fitness']:.3g}"}
+            post = {LABELS["selector_fitness"]: f"{row['selector_fitness']:.3g}",
+                    LABELS["best_selector"]: f"{self.best_fitness:.3g}"}
             if row.get("fitness_best") is not None:
-                post["best"] = f"{row['fitness_best']:.3g}"
+                post[LABELS["fitness_best"]] = f"{row['fitness_best']:.3g}"
             if row.get("sps") is not None:
                 post["sps"] = f"{row['sps']:.0f}"
             self._pbar.set_postfix(post)
@@ -348,7 +349,7 @@ class ESTrainer:
         rd.add_scalars(row, r)
         last = self.round >= self._end
         if self.round % cfg.plot_every == 0 or last:
-            rd.save_plot(self.history, f"{cfg.env} ({cfg.mode}, seed {cfg.seed})")
+            rd.save_plot(self.history, f"{cfg.env} ({cfg.mode}, seed {cfg.seed})", cfg.mode)
         if self.round % cfg.checkpoint_every == 0 or last:
             self.save_checkpoint()
 
@@ -356,7 +357,8 @@ class ESTrainer:
     def checkpoint_metadata(self) -> dict[str, Any]:
         """What every checkpoint and selector file of the run records about it."""
         return {"env": self.config.env, "config": self.config.to_dict(),
-                "selector_size": self.selector_size, "skill_names": list(self.skill_names)}
+                "selector_size": self.selector_size, "es_params": self.config.es_params,
+                "skill_names": list(self.skill_names)}
 
     def checkpoint_expect(self) -> dict[str, Any]:
         """The metadata a checkpoint must match to be loaded into this trainer."""
@@ -443,9 +445,7 @@ class ESTrainer:
                              f"that env (env={env!r} may only repeat it)")
         if n_outer is not None:
             config = dataclasses.replace(config, n_outer=int(n_outer))
-        resolved = resolve_env(config.env, config.env_kwargs,
-                               source=None if env is not None else f"checkpoint {latest}")
-        trainer = cls(config, run_dir, resolved=resolved)
+        trainer = cls(config, run_dir, resolved=_resolve_stored(config, env, latest))
         template, expect = trainer.checkpoint_tree(), trainer.checkpoint_expect()
         tree, meta = (mgr.load_latest(template, expect) if at_round is None
                       else checkpoint.load(latest, template, expect))
@@ -468,12 +468,29 @@ class ESTrainer:
         same_env = env is None or env == config.env
         if env is not None:
             config = dataclasses.replace(config, env=env)
-        resolved = resolve_env(config.env, config.env_kwargs,
-                               source=None if env is not None else f"checkpoint {path}")
-        trainer = cls(config, path.parent, resolved=resolved)
+        trainer = cls(config, path.parent, resolved=_resolve_stored(config, env, path))
         expect = trainer.checkpoint_expect() if same_env else None
         trainer._restore(*checkpoint.load(path, trainer.checkpoint_tree(), expect=expect))
         return trainer
+
+
+def _resolve_stored(config: TrainerConfig, user_env: str | None, path: Path) -> ResolvedEnv:
+    """The env of a config read from checkpoint ``path``: what the user named (trusted), or
+    the stored id (data: never a 'module:attr'; an id only a module registers names the
+    ``--import`` the run was started with)."""
+    if user_env is not None:
+        return resolve_env(config.env, config.env_kwargs)
+    try:
+        return resolve_env(config.env, config.env_kwargs, source=f"checkpoint {path}")
+    except UntrustedEnvError:
+        raise
+    except ValueError as e:
+        if not config.imports or not str(e).startswith("unknown env"):
+            raise
+        flags = " ".join(f"--import {m}" for m in config.imports)
+        raise ValueError(f"the run's env {config.env!r} is not registered in this process; "
+                         f"the run was started with {flags}: pass {flags} (a run directory "
+                         "never imports modules itself)") from None
 
 
 def _stored_config(path: Path, meta: dict[str, Any]) -> TrainerConfig:
