@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.render import AGENT_COLOR
 from envs.validate import check_int, check_number
 
 Obs = dict[str, jax.Array]
@@ -59,6 +60,10 @@ class SwarmEnv(eqx.Module):
     # which way each entry of EnvOut.metrics is better ("lower" / "higher"), for reports;
     # team fitness (the summed team_reward) is always maximised
     metric_better: ClassVar[dict[str, str]] = {}
+    # what ``render`` draws, ``(label, color)`` per kind of mark, for GIF legends
+    # (envs.render.decorate_frames); override with exactly what the env's render draws
+    render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
+        ("agents", AGENT_COLOR),)
 
     # --- pure, jittable core -------------------------------------------------------
     def reset(self, key: jax.Array) -> tuple[Obs, Any]:

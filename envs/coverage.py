@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 from envs.base import EnvOut, Obs, SwarmEnv, check_positive_float, check_positive_int
-from envs.render import draw_swarm
+from envs.render import AGENT_COLOR, HEAT_COLOR, LINK_COLOR, draw_swarm
 
 _NEIGHBOUR_MODES = ("count", "xy")
 
@@ -104,6 +104,9 @@ class Coverage(SwarmEnv):
     skill_names: tuple[str, ...] = eqx.field(static=True)
     metric_better: ClassVar[dict[str, str]] = {"coverage_cost": "lower",
                                                "sensed_fraction": "higher"}
+    render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
+        ("robots", AGENT_COLOR), ("comm links", LINK_COLOR),
+        ("importance density (white = 0)", HEAT_COLOR))
     grid_size: int = eqx.field(static=True)
     map_size: int = eqx.field(static=True)
     map_pool: int = eqx.field(static=True)

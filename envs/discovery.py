@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from envs import _swarm
 from envs._swarm import SwarmState
 from envs.base import EnvOut, Obs, check_positive_float, check_positive_int
+from envs.render import AGENT_COLOR, DONE_COLOR, LINK_COLOR, TARGET_COLOR
 
 
 class Discovery(_swarm.TargetSwarmEnv):
@@ -67,6 +68,9 @@ class Discovery(_swarm.TargetSwarmEnv):
     sectors: int = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
     metric_better: ClassVar[dict[str, str]] = {"discovered_frac": "higher"}
+    render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
+        ("agents", AGENT_COLOR), ("comm links", LINK_COLOR), ("targets", TARGET_COLOR),
+        ("discovered", DONE_COLOR))
 
     def __init__(
         self,

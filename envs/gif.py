@@ -7,7 +7,9 @@ One command, one GIF per env::
     python -m envs.gif --env Discovery --policy random --steps 60 --num-agents 6
 
 Files are named ``<out>/<Env>_<policy>.gif``. The episode is one jitted ``lax.scan``
-(policy + step); frames are drawn afterwards on the host with the env's ``render``.
+(policy + step); frames are drawn afterwards on the host with the env's ``render``, and
+each carries a header (``<Env> · <policy>``, ``step t / T``, the running team reward and
+the env's metrics) and the env's legend (``render_legend``).
 """
 
 from __future__ import annotations
@@ -66,15 +68,31 @@ def resolve_policy(env_name: str, policy: str) -> tuple[str, Policy]:
     return policy, getattr(importlib.import_module(module_name), attr)
 
 
+def episode_record(
+    env: SwarmEnv, policy: Policy, key: jax.Array, num_steps: int | None = None
+) -> tuple[list[np.ndarray], dict[str, list[float | None]]]:
+    """Frames (``uint8 [H, W, 3]``) of one episode, the reset state then every step's, and
+    per-frame values for their header: the running team reward and each env metric
+    (``None`` on the reset frame, which has no step yet)."""
+    run = jax.jit(lambda k: run_episode(k, env, stateless(policy, env), num_steps=num_steps,
+                                        keep_states=True))
+    episode = jax.device_get(run(key))
+    states = episode.states
+    count = jax.tree.leaves(states)[0].shape[0]
+    frames = [env.render(jax.tree.map(lambda x, t=t: x[t], states)) for t in range(count)]
+    team = np.cumsum(np.asarray(episode.outs.team_reward, np.float64))
+    info: dict[str, list[float | None]] = {"team reward": [0.0, *map(float, team)]}
+    for name, values in episode.outs.metrics.items():
+        if np.shape(values) == (count - 1,):  # scalar per step (others are not shown)
+            info[name] = [None, *map(float, np.asarray(values))]
+    return frames, info
+
+
 def episode_frames(
     env: SwarmEnv, policy: Policy, key: jax.Array, num_steps: int | None = None
 ) -> list[np.ndarray]:
     """Frames (``uint8 [H, W, 3]``) of one episode: the reset state, then every step's."""
-    run = jax.jit(lambda k: run_episode(k, env, stateless(policy, env), num_steps=num_steps,
-                                        keep_states=True).states)
-    states = jax.device_get(run(key))
-    count = jax.tree.leaves(states)[0].shape[0]
-    return [env.render(jax.tree.map(lambda x, t=t: x[t], states)) for t in range(count)]
+    return episode_record(env, policy, key, num_steps)[0]
 
 
 def write_episode_gif(
@@ -87,13 +105,15 @@ def write_episode_gif(
     fps: int = 10,
     **env_kwargs: Any,
 ) -> Path:
-    """Roll out ``policy`` on bundled env ``env_name`` and write ``<out>/<Env>_<policy>.gif``."""
+    """Roll out ``policy`` on bundled env ``env_name`` and write ``<out>/<Env>_<policy>.gif``
+    (titled ``<Env> · <policy>``, with step counter, running team reward, metrics, legend)."""
     if env_name not in BUNDLED_ENVS:
         raise ValueError(f"unknown env {env_name!r}; choose from {list(BUNDLED_ENVS)}")
     env = load_env_class(BUNDLED_ENVS[env_name])(**env_kwargs)
     policy_name, fn = resolve_policy(env_name, policy)
-    frames = episode_frames(env, fn, jax.random.key(seed), num_steps)
-    return write_gif(frames, Path(out) / f"{env_name}_{policy_name}.gif", fps=fps)
+    frames, info = episode_record(env, fn, jax.random.key(seed), num_steps)
+    return write_gif(frames, Path(out) / f"{env_name}_{policy_name}.gif", fps=fps,
+                     title=f"{env_name} · {policy_name}", legend=env.render_legend, info=info)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import gymnasium as gym
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.base import EnvOut, Obs, SwarmEnv
-from envs.render import draw_swarm
+from envs.render import AGENT_COLOR, TARGET_COLOR, draw_swarm
 
 __all__ = ["INSTALL_HINT", "AsJaxMARL", "JaxMARLSwarm", "available", "jaxmarl_ids",
            "make_jaxmarl"]
@@ -114,6 +114,8 @@ class JaxMARLSwarm(SwarmEnv):
     obs_size: int = eqx.field(static=True)
     # ("discrete", n) or ("box", shape, low, high): hashable, unlike Gymnasium spaces
     action: tuple = eqx.field(static=True)
+    render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
+        ("agents", AGENT_COLOR), ("landmarks (MPE)", TARGET_COLOR))
 
     def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None):
         self.env, self.name = env, name

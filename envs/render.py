@@ -4,20 +4,32 @@ Rendering is off the hot path, so it runs on numpy arrays with Pillow (``ImageDr
 rather than in JAX. Every env's ``render(state)`` builds its picture from
 :func:`draw_swarm`, so all envs share one look and one coordinate convention:
 world coordinates ``[0, world_size]^2``, y pointing up.
+
+:func:`decorate_frames` (applied by :func:`write_gif` when given a title, legend or
+info) adds a header band (title, ``step t / T``, optional per-step values) above each
+frame and a legend band below it, so that a GIF explains itself. Envs declare what
+their marks mean in ``SwarmEnv.render_legend``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 AGENT_COLOR = (31, 119, 180)
 LINK_COLOR = (150, 150, 150)
 TARGET_COLOR = (214, 39, 40)
 DONE_COLOR = (44, 160, 44)
+HEAT_COLOR = (245, 135, 25)  # the background heat map at the field's maximum (white at 0)
+
+RGB = tuple[int, int, int]
+#: ``(label, color)`` per kind of mark; the color is one of the constants above.
+Legend = Sequence[tuple[str, RGB]]
 
 
 def _to_px(xy: np.ndarray, world_size: float, size: int) -> np.ndarray:
@@ -55,7 +67,7 @@ def draw_swarm(
         span = field.max() - field.min()
         field = (field - field.min()) / span if span > 0 else np.zeros_like(field)
         field = field[::-1]  # row 0 is the bottom of the world
-        rgb = np.stack([255 - 10 * field, 255 - 120 * field, 255 - 230 * field], axis=-1)
+        rgb = 255 - np.multiply.outer(field, 255 - np.asarray(HEAT_COLOR, np.float64))
         img = Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).resize((size, size))
     else:
         img = Image.new("RGB", (size, size), (255, 255, 255))
@@ -82,9 +94,174 @@ def draw_swarm(
     return np.asarray(img, dtype=np.uint8)
 
 
+# --- self-explaining frames: header (title, step counter, values) and legend bands -------
+BAND_UNIT = 16  # band heights are multiples of this, so a 16-multiple frame stays one
+_LINE_PX = 14  # one text line
+_PAD = 4  # left margin and top/bottom padding inside a band
+_SWATCH = 12  # legend swatch side
+_BAND_BG = (242, 242, 242)
+_TEXT = (20, 20, 20)
+
+
+@functools.cache
+def _font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    """Pillow's built-in font: no font file needed."""
+    return ImageFont.load_default()
+
+
+def _width(text: str) -> float:
+    return _font().getlength(text)
+
+
+def _wrap(items: Sequence[str], sep: str, width: float) -> list[str]:
+    """Pack ``items`` greedily into lines at most ``width`` px wide, joined by ``sep``;
+    an item that is too wide on its own is broken between characters."""
+    lines: list[str] = []
+    for item in items:
+        if lines and _width(lines[-1] + sep + item) <= width:
+            lines[-1] += sep + item
+            continue
+        lines.append("")
+        for ch in item:
+            if lines[-1] and _width(lines[-1] + ch) > width:
+                lines.append("")
+            lines[-1] += ch
+    return lines
+
+
+def _fmt(value: float | str | None) -> str:
+    if value is None or isinstance(value, str):
+        return "-" if value is None else value
+    value = float(value)
+    if not math.isfinite(value):
+        return "-" if math.isnan(value) else str(value)
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def _round_up(px: int) -> int:
+    return -(-px // BAND_UNIT) * BAND_UNIT
+
+
+def _header_lines(width: int, count: int, title: str | None,
+                  info: Mapping[str, Sequence[float | str | None]] | None
+                  ) -> tuple[list[str], list[list[str]]]:
+    """The title's lines and every frame's status lines (``step t / T`` then values)."""
+    usable = width - 2 * _PAD
+    title_lines = _wrap(title.split(" · "), " · ", usable) if title else []
+    status = []
+    for t in range(count):
+        items = [f"step {t} / {count - 1}"]
+        items += [f"{k} {_fmt(v[t])}" for k, v in (info or {}).items()]
+        status.append(_wrap(items, "   ", usable))
+    return title_lines, status
+
+
+def _legend_rows(width: int, legend: Legend | None) -> list[list[tuple[str, RGB, int]]]:
+    """Legend entries packed into rows: ``(label, color, x)`` per entry."""
+    rows: list[list[tuple[str, RGB, int]]] = []
+    x = width
+    for label, color in legend or ():
+        w = _SWATCH + 4 + math.ceil(_width(label))
+        if not rows or x + w > width - _PAD:
+            rows.append([])
+            x = _PAD
+        rows[-1].append((label, tuple(int(c) for c in color), x))
+        x += w + 12
+    return rows
+
+
+def band_heights(width: int, count: int, *, title: str | None = None,
+                 legend: Legend | None = None,
+                 info: Mapping[str, Sequence[float | str | None]] | None = None
+                 ) -> tuple[int, int]:
+    """``(header_px, legend_px)`` that :func:`decorate_frames` adds above and below
+    ``count`` frames of ``width`` px (each a multiple of :data:`BAND_UNIT`; 0 = no legend)."""
+    if count < 1:
+        raise ValueError("band_heights needs at least one frame")
+    title_lines, status = _header_lines(width, count, title, info)
+    lines = len(title_lines) + max(len(s) for s in status)
+    rows = len(_legend_rows(width, legend))
+    return (_round_up(lines * _LINE_PX + 2 * _PAD),
+            _round_up(rows * BAND_UNIT + 2 * _PAD) if rows else 0)
+
+
+def _swatch(draw: ImageDraw.ImageDraw, x: int, y: int, color: RGB) -> None:
+    """The mark as :func:`draw_swarm` draws it: dot (agents), line (links), ring
+    (targets), gradient (heat map), square (anything else)."""
+    s = _SWATCH
+    if color == AGENT_COLOR:
+        draw.ellipse([x + 2, y + 2, x + s - 3, y + s - 3], fill=color)
+    elif color == LINK_COLOR:
+        draw.line([x, y + s - 2, x + s - 1, y + 1], fill=color, width=1)
+    elif color in (TARGET_COLOR, DONE_COLOR):
+        draw.ellipse([x + 1, y + 1, x + s - 2, y + s - 2], outline=color, width=2)
+    elif color == HEAT_COLOR:
+        for i in range(s):
+            f = i / (s - 1)
+            c = tuple(round(255 - f * (255 - h)) for h in HEAT_COLOR)
+            draw.line([x + i, y, x + i, y + s - 1], fill=c)
+    else:
+        draw.rectangle([x, y, x + s - 1, y + s - 1], fill=color)
+
+
+def decorate_frames(frames: Sequence[np.ndarray], *, title: str | None = None,
+                    legend: Legend | None = None,
+                    info: Mapping[str, Sequence[float | str | None]] | None = None
+                    ) -> list[np.ndarray]:
+    """Frames with a header band (``title``, ``step t / T``, and ``name value`` for each
+    ``info`` entry, one value per frame) above and a legend band (``legend``) below.
+
+    Frame ``t`` is step ``t`` of an episode (frame 0 = the reset state), so ``T`` is
+    ``len(frames) - 1``. The raw pixels are kept unchanged; bands are
+    :func:`band_heights` px tall, so the frame height stays a multiple of 16 if it was.
+    """
+    frames = [np.asarray(f, dtype=np.uint8) for f in frames]
+    if not frames:
+        raise ValueError("decorate_frames needs at least one frame")
+    height, width = frames[0].shape[:2]
+    if any(f.shape != frames[0].shape for f in frames):
+        raise ValueError("all frames must have the same shape")
+    for k, v in (info or {}).items():
+        if len(v) != len(frames):
+            raise ValueError(f"info[{k!r}] has {len(v)} values for {len(frames)} frames")
+    title_lines, status = _header_lines(width, len(frames), title, info)
+    top, bottom = band_heights(width, len(frames), title=title, legend=legend, info=info)
+    font = _font()
+
+    base = Image.new("RGB", (width, top + height + bottom), _BAND_BG)
+    draw = ImageDraw.Draw(base)
+    for i, line in enumerate(title_lines):
+        draw.text((_PAD, _PAD + i * _LINE_PX), line, fill=_TEXT, font=font)
+    for r, row in enumerate(_legend_rows(width, legend)):
+        y = top + height + _PAD + r * BAND_UNIT + (BAND_UNIT - _SWATCH) // 2
+        for label, color, x in row:
+            _swatch(draw, x, y, color)
+            draw.text((x + _SWATCH + 4, y), label, fill=_TEXT, font=font)
+
+    out = []
+    y0 = _PAD + len(title_lines) * _LINE_PX
+    for frame, lines in zip(frames, status, strict=True):
+        img = base.copy()
+        img.paste(Image.fromarray(frame), (0, top))
+        draw = ImageDraw.Draw(img)
+        for i, line in enumerate(lines):
+            draw.text((_PAD, y0 + i * _LINE_PX), line, fill=_TEXT, font=font)
+        out.append(np.asarray(img, dtype=np.uint8))
+    return out
+
+
 def write_gif(frames: Iterable[np.ndarray] | Sequence[np.ndarray], path: str | Path,
-              fps: int = 10) -> Path:
-    """Write ``uint8 [H, W, 3]`` frames to an animated GIF (Pillow), atomically."""
+              fps: int = 10, *, title: str | None = None, legend: Legend | None = None,
+              info: Mapping[str, Sequence[float | str | None]] | None = None) -> Path:
+    """Write ``uint8 [H, W, 3]`` frames to an animated GIF (Pillow), atomically.
+
+    With a ``title``, ``legend`` or ``info``, frames are first decorated by
+    :func:`decorate_frames` (title, step counter, per-step values, legend); without,
+    they are written as given.
+    """
+    frames = list(frames)
+    if frames and (title is not None or legend is not None or info is not None):
+        frames = decorate_frames(frames, title=title, legend=legend, info=info)
     images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
     if not images:
         raise ValueError("write_gif needs at least one frame")

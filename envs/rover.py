@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from envs import _swarm
 from envs._swarm import SwarmState
 from envs.base import EnvOut, Obs, check_positive_float, check_positive_int
+from envs.render import AGENT_COLOR, DONE_COLOR, LINK_COLOR, TARGET_COLOR
 
 
 class Rover(_swarm.TargetSwarmEnv):
@@ -69,6 +70,9 @@ class Rover(_swarm.TargetSwarmEnv):
     agent_ids: bool = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
     metric_better: ClassVar[dict[str, str]] = {"observed_frac": "higher"}
+    render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
+        ("rovers", AGENT_COLOR), ("comm links", LINK_COLOR), ("POIs", TARGET_COLOR),
+        ("observed (coupling met)", DONE_COLOR))
 
     def __init__(
         self,

@@ -398,16 +398,16 @@ class ESTrainer:
 
     def write_gif(self, path: str | os.PathLike, theta: jax.Array | None = None,
                   seed: int | None = None) -> Path | None:
-        """Write a deterministic episode GIF; returns None (and logs why) if the env
-        cannot render."""
+        """Deterministic episode GIF (env · mode · run, steps, legend); None (logged) if not."""
         from envs.render import write_gif
-
         try:
             frames = self.episode_frames(theta, seed)
         except (ValueError, NotImplementedError, AttributeError) as e:
             log.warning("no GIF: %s", e)
             return None
-        return write_gif(frames, path)
+        run, core = Path(self.run_dir or "-").name, self.env.core
+        return write_gif(frames, path, title=f"{self.config.env} · {self.config.mode} · {run}",
+                         legend=getattr(core, "render_legend", None))
 
     # --- resume ---------------------------------------------------------------------------
     @classmethod

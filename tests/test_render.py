@@ -1,0 +1,114 @@
+"""Self-explaining episode frames (envs.render.decorate_frames / write_gif): header and
+legend bands around untouched raw pixels, a step counter that changes per frame, legends
+that name colors the env really draws, and a GIF that reads back with every frame."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+from envs.base import SwarmEnv
+from envs.registration import BUNDLED_ENVS, load_env_class
+from envs.render import (
+    AGENT_COLOR,
+    BAND_UNIT,
+    LINK_COLOR,
+    TARGET_COLOR,
+    band_heights,
+    decorate_frames,
+    draw_swarm,
+    write_gif,
+)
+
+LEGEND = (("agents", AGENT_COLOR), ("comm links", LINK_COLOR), ("targets", TARGET_COLOR))
+
+
+def raw_frames(count: int = 8, size: int = 128) -> list[np.ndarray]:
+    """A short synthetic episode: three agents drifting right, one target."""
+    frames = []
+    for t in range(count):
+        pos = np.array([[0.2 + 0.05 * t, 0.3], [0.3 + 0.05 * t, 0.35], [0.25, 0.7]])
+        frames.append(draw_swarm(1.0, pos, adjacency=1 - np.eye(3), targets=np.array([[0.8, 0.8]]),
+                                 size=size))
+    return frames
+
+
+def test_bands_surround_the_untouched_raw_frame_and_the_counter_moves():
+    raw = raw_frames()
+    info = {"team reward": [0.1 * t for t in range(len(raw))]}
+    out = decorate_frames(raw, title="Discovery · greedy · runs/x", legend=LEGEND, info=info)
+    top, bottom = band_heights(128, len(raw), title="Discovery · greedy · runs/x",
+                               legend=LEGEND, info=info)
+    h, w = raw[0].shape[:2]
+    assert top > 0 and bottom > 0 and top % BAND_UNIT == 0 and bottom % BAND_UNIT == 0
+    assert len(out) == len(raw)
+    for deco, frame in zip(out, raw, strict=True):
+        assert deco.shape == (h + top + bottom, w, 3) and deco.dtype == np.uint8
+        np.testing.assert_array_equal(deco[top:top + h], frame)  # raw area exactly kept
+    # the header differs between step 0 and step 5 (counter, reward); the legend does not
+    assert not np.array_equal(out[0][:top], out[5][:top])
+    np.testing.assert_array_equal(out[0][top + h:], out[5][top + h:])
+    # frames that are identical still get different headers: only the counter can differ
+    same, (top_same, _) = decorate_frames([raw[0]] * 6), band_heights(128, 6)
+    assert not np.array_equal(same[0][:top_same], same[5][:top_same])
+    np.testing.assert_array_equal(same[0][top_same:], same[5][top_same:])
+    # each legend color is drawn in the legend band (its swatch)
+    band = {tuple(c) for c in out[0][top + h:].reshape(-1, 3)}
+    assert all(color in band for _, color in LEGEND)
+
+
+def test_band_heights_keep_the_frame_a_multiple_of_16_and_long_titles_wrap():
+    raw = raw_frames(count=3)
+    short = band_heights(128, 3, title="Coverage · lloyd")
+    long = band_heights(128, 3, title="Coverage-v0 · merl · Coverage-v0-merl-20250101-120000")
+    assert long[0] > short[0] and short[1] == long[1] == 0
+    out = decorate_frames(raw, title="Coverage-v0 · merl · Coverage-v0-merl-20250101-120000",
+                          legend=LEGEND)
+    assert out[0].shape[0] % 16 == 0 and out[0].shape[1] == 128
+    with pytest.raises(ValueError, match="values for 3 frames"):
+        decorate_frames(raw, info={"team reward": [0.0]})
+
+
+def clustered(env: SwarmEnv, state):
+    """``state`` with the agents in a tight cluster (comm links drawn) and, where the env
+    has targets, every other one marked done."""
+    n = env.num_agents
+    pos = env.world_size * (0.5 + 0.02 * jnp.stack([jnp.arange(n), jnp.arange(n) % 2], -1))
+    state = eqx.tree_at(lambda s: s.pos, state, pos.astype(state.pos.dtype))
+    if hasattr(state, "found"):
+        found = jnp.arange(state.found.shape[0]) % 2 == 0
+        state = eqx.tree_at(lambda s: s.found, state, found)
+    return state
+
+
+@pytest.mark.parametrize("name", list(BUNDLED_ENVS))
+def test_each_env_legend_names_colors_its_render_draws(name):
+    env = load_env_class(BUNDLED_ENVS[name])(num_agents=4)
+    legend = type(env).render_legend
+    assert legend and legend != SwarmEnv.render_legend, f"{name} keeps the generic legend"
+    assert all(isinstance(label, str) and label for label, _ in legend)
+    _, state = env.reset(jax.random.key(0))
+    frame = env.render(jax.device_get(clustered(env, state)))
+    drawn = {tuple(int(v) for v in c) for c in frame.reshape(-1, 3)}
+    for label, color in legend:
+        assert tuple(color) in drawn, f"{name}: legend entry {label!r} {color} is not drawn"
+
+
+def test_write_gif_reads_back_with_every_frame(tmp_path):
+    raw = raw_frames(count=7)
+    info = {"reached_frac": [None, *np.linspace(0, 1, 6)]}
+    path = write_gif(raw, tmp_path / "ep.gif", title="Dispersion · greedy", legend=LEGEND,
+                     info=info)
+    top, bottom = band_heights(128, 7, title="Dispersion · greedy", legend=LEGEND, info=info)
+    with Image.open(path) as im:
+        assert im.format == "GIF" and im.n_frames == 7
+        assert im.size == (128, 128 + top + bottom)
+        im.seek(6)
+        assert np.asarray(im.convert("RGB")).shape == (128 + top + bottom, 128, 3)
+    # the old call (no title, legend or info) writes the raw frames as they are
+    with Image.open(write_gif(raw, tmp_path / "raw.gif")) as im:
+        assert im.size == (128, 128) and im.n_frames == 7
