@@ -256,6 +256,13 @@ def mappo_rows(doc: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def gym_vector_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/gym_vector.py: Gymnasium's make_vec at 1024 copies vs SyncVectorEnv."""
+    from bench.gym_vector import summary_rows
+
+    return summary_rows(doc)
+
+
 def jaxmarl_rows(doc: dict[str, Any]) -> list[Row]:
     """bench/jaxmarl.py: our MAPPO vs JaxMARL's IPPO-FF and MAPPO-RNN on their env."""
     runs = doc["results"]["runs"]
@@ -320,6 +327,10 @@ PARTS: list[Part] = [
          envs_rows),
     Part("mappo", "bench.mappo", mappo_args, mappo_rows),
     Part("jaxmarl", "bench.jaxmarl", lambda o: ["--quick"] * o.quick, jaxmarl_rows,
+         markdown=True),
+    Part("gym_vector", "bench.gym_vector",
+         lambda o: ["--num-envs", "256", "--steps", "5", "--repeats", "1"] * o.quick,
+         gym_vector_rows,
          markdown=True),
 ]
 

@@ -2,7 +2,8 @@
 
 Importing ``envs`` registers the bundled envs with PettingZoo's registry
 (``feudal_es/Coverage-v0``, ``feudal_es/Discovery-v0``, ``feudal_es/Dispersion-v0``,
-``feudal_es/Rover-v0``).
+``feudal_es/Rover-v0``) and with Gymnasium's (``feudal_es/CoverageSwarm-v0``,
+``feudal_es/CoverageSelector-v0``, ...; see :mod:`envs.gym_registration`).
 The env classes themselves (``envs.Coverage`` ...) are imported on first access.
 """
 
@@ -12,6 +13,7 @@ import importlib
 from typing import Any
 
 from envs.base import EnvOut, SwarmEnv, auto_reset_step
+from envs.gym_registration import register_bundled_gym_envs
 from envs.gym_wrappers import SelectorEnv, SwarmGymEnv, random_executor
 from envs.pettingzoo_env import SwarmParallelEnv
 from envs.registration import (
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 register_bundled_envs()
+register_bundled_gym_envs()
 
 
 def __getattr__(name: str) -> Any:

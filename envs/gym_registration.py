@@ -1,0 +1,289 @@
+"""Registration of the bundled swarm envs with Gymnasium's own registry.
+
+After ``import envs``::
+
+    import gymnasium
+    env = gymnasium.make("feudal_es/CoverageSwarm-v0", num_agents=4)      # SwarmGymEnv
+    venv = gymnasium.make_vec("feudal_es/CoverageSwarm-v0", num_envs=1024,
+                              vectorization_mode="vector_entry_point")     # SwarmVectorEnv
+    sel = gymnasium.make("feudal_es/CoverageSelector-v0",
+                         checkpoint="runs/x/ckpt_00000010.safetensors")    # SelectorEnv
+
+Ids, for ``<Name>`` in Coverage, Discovery, Dispersion, Rover:
+
+- ``feudal_es/<Name>Swarm-v0``: :class:`~envs.gym_wrappers.SwarmGymEnv` (the swarm as one
+  env, action ``[N, 2]``); its ``vector_entry_point`` is
+  :class:`~envs.gym_vector.SwarmVectorEnv` (every copy in one jitted ``vmap``).
+- ``feudal_es/<Name>Selector-v0``: :class:`~envs.gym_wrappers.SelectorEnv` (one skill per
+  agent; an executor carries it out for ``selector_period`` env steps).
+
+Keyword arguments of ``make`` / ``make_vec``: the functional env's constructor arguments
+(``num_agents``, ``max_steps``, ...; ``max_cycles`` is accepted for ``max_steps`` as with
+the PettingZoo ids), ``render_mode``, and the wrapper's own: ``reward`` (Swarm);
+``executor``, ``checkpoint``, ``deterministic``, ``selector_period``, ``jit_executor``
+(Selector). Unknown names raise a ``TypeError`` listing the accepted ones.
+
+Selector executor: ``executor=`` a callable (:data:`envs.gym_wrappers.Executor`), or
+``checkpoint=`` a feudal-es run checkpoint (``ckpt_XXXX.safetensors``), whose trained
+actor's executor head then acts with the chosen skills forced (:func:`actor_executor`);
+the env is built with the run's ``env_kwargs`` (so that the actor fits its observations),
+overridden by any given here. A checkpoint of another env raises ``ValueError``. With
+neither, the executor is :func:`~envs.gym_wrappers.random_executor` (uniform random
+velocities, skill-agnostic: a placeholder for API checks, not a meaningful SMDP).
+
+Episode length: each spec's ``max_episode_steps`` is the env's default ``max_steps``
+(Swarm) or ``ceil(max_steps / selector_period)`` decisions at the default period (Selector),
+so ``gymnasium.make`` adds its ``TimeLimit``. The env also truncates itself at its own
+``max_steps``; so a *shorter* ``max_steps`` needs nothing more, but a longer one (or a
+shorter ``selector_period``) also needs ``max_episode_steps=`` given to ``make`` (the
+``TimeLimit`` comes from the spec, which does not see the constructor arguments).
+
+Registration is idempotent: calling :func:`register_bundled_gym_envs` again (or reloading
+``envs``) leaves the registry as it is, without Gymnasium's "Overriding" warning. Entry
+points are ``"module:function"`` strings and the spec's kwargs plain data (``core``: the
+functional env's ``"module:Class"``), so ``spec.to_json()`` works.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from typing import Any, Literal
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+
+from envs.base import SwarmEnv
+from envs.gym_vector import SwarmVectorEnv
+from envs.gym_wrappers import Executor, SelectorEnv, SwarmGymEnv
+from envs.registration import (
+    BUNDLED_ENVS,
+    NAMESPACE,
+    VERSION,
+    _target_name,
+    available_bundled_envs,
+    load_env_class,
+)
+
+__all__ = ["DEFAULT_SELECTOR_PERIOD", "KINDS", "actor_executor", "build_core",
+           "checkpoint_executor", "gym_env_id", "make_selector_gym", "make_swarm_gym",
+           "make_swarm_vector", "register_bundled_gym_envs", "register_gym_env"]
+
+KINDS = ("Swarm", "Selector")
+_MODULE = __name__
+#: SelectorEnv's default env steps per decision (what the Selector specs' length assumes).
+DEFAULT_SELECTOR_PERIOD: int = inspect.signature(SelectorEnv).parameters[
+    "selector_period"].default
+
+
+def gym_env_id(name: str, kind: Literal["Swarm", "Selector"]) -> str:
+    """The Gymnasium id of a bundled env's view, e.g. ``feudal_es/CoverageSwarm-v0``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return f"{NAMESPACE}/{name}{kind}-v{VERSION}"
+
+
+# ------------------------------------------------------------------------------ building
+def build_core(core: str | type[SwarmEnv], env_kwargs: dict[str, Any], *,
+               max_cycles: int | None = None, kind: str = "",
+               wrapper_kwargs: tuple[str, ...] = ()) -> SwarmEnv:
+    """The functional env ``core(**env_kwargs)``; unknown names raise a ``TypeError`` that
+    lists the accepted ones (the constructor's and the wrapper's ``wrapper_kwargs``)."""
+    cls = load_env_class(core)
+    params = inspect.signature(cls).parameters
+    kwargs = dict(env_kwargs)
+    name = f"{cls.__name__}{kind}"
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(kwargs) - set(params))
+        if unknown:
+            accepted = sorted({*params, *wrapper_kwargs, "max_cycles", "render_mode"})
+            raise TypeError(f"{name}: unknown keyword argument(s) {unknown}; "
+                            f"accepted: {accepted}")
+    if max_cycles is not None:
+        if "max_steps" in kwargs and kwargs["max_steps"] != max_cycles:
+            raise ValueError(f"{name}: max_cycles={max_cycles} and max_steps="
+                             f"{kwargs['max_steps']} disagree (max_cycles is another name "
+                             "for max_steps; pass one)")
+        kwargs["max_steps"] = max_cycles
+    return cls(**kwargs)
+
+
+def make_swarm_gym(core: str, *, reward: Literal["mean", "team"] = "mean",
+                   render_mode: str | None = None, max_cycles: int | None = None,
+                   **env_kwargs: Any) -> SwarmGymEnv:
+    """Entry point of ``feudal_es/<Name>Swarm-v0``: ``SwarmGymEnv(core(**env_kwargs))``."""
+    env = build_core(core, env_kwargs, max_cycles=max_cycles, kind="Swarm",
+                     wrapper_kwargs=("reward",))
+    return SwarmGymEnv(env, reward=reward, render_mode=render_mode)
+
+
+def make_swarm_vector(core: str, num_envs: int = 1, *,
+                      reward: Literal["mean", "team"] = "mean",
+                      max_episode_steps: int | None = None, render_mode: str | None = None,
+                      max_cycles: int | None = None, **env_kwargs: Any) -> SwarmVectorEnv:
+    """Vector entry point of ``feudal_es/<Name>Swarm-v0`` (``gymnasium.make_vec``):
+    ``num_envs`` copies in one :class:`SwarmVectorEnv` (``make_vec`` passes the spec's
+    ``max_episode_steps`` unless given)."""
+    env = build_core(core, env_kwargs, max_cycles=max_cycles, kind="Swarm",
+                     wrapper_kwargs=("reward", "max_episode_steps", "num_envs"))
+    return SwarmVectorEnv(env, num_envs, reward=reward, max_episode_steps=max_episode_steps,
+                          render_mode=render_mode)
+
+
+def make_selector_gym(core: str, *, executor: Executor | None = None,
+                      checkpoint: str | os.PathLike | None = None,
+                      deterministic: bool | None = None,
+                      selector_period: int = DEFAULT_SELECTOR_PERIOD,
+                      jit_executor: bool = True, render_mode: str | None = None,
+                      max_cycles: int | None = None, **env_kwargs: Any) -> SelectorEnv:
+    """Entry point of ``feudal_es/<Name>Selector-v0``: a :class:`SelectorEnv` over
+    ``executor``, or over the trained executor of ``checkpoint`` (``deterministic``: its
+    action mode instead of a sample; default the run's ``deterministic_eval``), or
+    :func:`random_executor` when neither is given."""
+    wrapper = ("executor", "checkpoint", "deterministic", "selector_period", "jit_executor")
+    if checkpoint is not None:
+        if executor is not None:
+            raise ValueError("pass either executor= or checkpoint=, not both")
+        executor, run_kwargs, num_skills = checkpoint_executor(checkpoint, core, deterministic)
+        env_kwargs = {**run_kwargs, **env_kwargs}
+    elif deterministic is not None:
+        raise ValueError("deterministic= applies to a checkpoint's executor; pass checkpoint=")
+    env = build_core(core, env_kwargs, max_cycles=max_cycles, kind="Selector",
+                     wrapper_kwargs=wrapper)
+    if checkpoint is not None:
+        _check_executor_fits(executor, num_skills, env, checkpoint)
+    return SelectorEnv(env, executor=executor, selector_period=selector_period,
+                       render_mode=render_mode, jit_executor=jit_executor)
+
+
+# Gymnasium's make reads the creator's metadata (render modes) before calling it.
+make_swarm_gym.metadata = SwarmGymEnv.metadata  # type: ignore[attr-defined]
+make_selector_gym.metadata = SelectorEnv.metadata  # type: ignore[attr-defined]
+make_swarm_vector.metadata = SwarmVectorEnv.metadata  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def actor_executor(actor: Any, deterministic: bool = True) -> Executor:
+    """The executor of a trained :class:`agents.FeudalActor` with the skills forced.
+
+    ``executor(key, obs, adj, skills) -> actor.act(key, obs, adj, skills).env_action``:
+    the executor head conditioned on the given skill per agent, instead of the actor's own
+    selector's choice. An actor with a ``GoalSelector`` also needs a sub-goal; it gets the
+    one its goal head proposes for the current observation (re-proposed every env step,
+    where the actor's own rollout holds it for ``selector_period`` steps). Pure, jittable.
+    """
+    from agents import Directive
+
+    def executor(key: jax.Array, obs: Any, adj: jax.Array, skills: jax.Array) -> jax.Array:
+        held: Any = jnp.asarray(skills, jnp.int32)
+        if actor.goal_dim > 0:
+            held = Directive(held, actor.selector.goal(actor.embed(obs, adj)))
+        return actor.act(key, obs, adj, held, deterministic).env_action
+
+    return executor
+
+
+def _stored_target(env_id: str | None) -> str | None:
+    """The ``"module:Class"`` of a checkpoint's env id, without importing anything it
+    names: a code reference as it is; a PettingZoo id through its registered entry point
+    (the bundled ``feudal_es/<Name>-v0`` ones); else ``None``."""
+    import pettingzoo
+
+    from feudal_es.resolve import is_code_reference
+
+    if not isinstance(env_id, str):
+        return None
+    if is_code_reference(env_id):
+        return env_id
+    spec = pettingzoo.parallel_registry.get(env_id)
+    target = getattr(getattr(spec, "entry_point", None), "target", None)
+    return None if target is None else _target_name(target)
+
+
+def checkpoint_executor(path: str | os.PathLike, core: str | type[SwarmEnv],
+                        deterministic: bool | None = None
+                        ) -> tuple[Executor, dict[str, Any], int]:
+    """``(executor, env_kwargs, num_skills)`` of a run checkpoint: its trained actor's
+    executor with skills forced (:func:`actor_executor`), the run's env kwargs and the
+    actor's skill count. Raises ``ValueError`` when the run trained another env than
+    ``core`` (checked on the metadata, before anything is loaded)."""
+    from feudal_es import checkpoint
+    from feudal_es.resolve import is_code_reference
+    from feudal_es.trainer import ESTrainer
+
+    meta = checkpoint.read_metadata(path)
+    stored = (meta.get("config") or {}).get("env", meta.get("env"))
+    want = _target_name(core)
+    if _stored_target(stored) != want:
+        ids = [gym_env_id(n, "Selector") for n, t in BUNDLED_ENVS.items()
+               if t == _stored_target(stored)]
+        hint = f"; its Selector id is {ids[0]}" if ids else ""
+        raise ValueError(f"checkpoint {os.fspath(path)} is a run of env {stored!r}, not of "
+                         f"{want} (the env of this Selector id){hint}")
+    trainer = ESTrainer.from_checkpoint(path, env=stored if is_code_reference(stored) else None)
+    det = trainer.config.deterministic_eval if deterministic is None else bool(deterministic)
+    actor = trainer.ts.actor
+    return actor_executor(actor, det), dict(trainer.config.env_kwargs), int(actor.num_skills)
+
+
+def _check_executor_fits(executor: Executor, num_skills: int, env: SwarmEnv,
+                         path: str | os.PathLike) -> None:
+    """Trace the executor once (no compute) so that an actor that does not fit the env's
+    observations or skills fails here, with a message, not at the first step."""
+    n = env.num_agents
+    if num_skills != env.num_skills:
+        raise ValueError(f"the actor of checkpoint {os.fspath(path)} has {num_skills} skills, "
+                         f"{type(env).__name__} has {env.num_skills} {env.skill_names}")
+    obs, _ = jax.eval_shape(env.reset, jax.random.key(0))
+    adj = jax.ShapeDtypeStruct((n, n), jnp.float32)
+    skills = jax.ShapeDtypeStruct((n,), jnp.int32)
+    try:
+        out = jax.eval_shape(executor, jax.random.key(0), obs, adj, skills)
+    except Exception as e:  # shapes of another env configuration: say so
+        raise ValueError(f"the actor of checkpoint {os.fspath(path)} does not fit "
+                         f"{type(env).__name__} with these env kwargs ({e})") from e
+    if out.shape != (n, 2):
+        raise ValueError(f"the actor of checkpoint {os.fspath(path)} returns actions of shape "
+                         f"{out.shape}, the env takes ({n}, 2)")
+
+
+# ------------------------------------------------------------------------------ registry
+def _default_max_steps(cls: type[SwarmEnv]) -> int | None:
+    p = inspect.signature(cls).parameters.get("max_steps")
+    return p.default if p is not None and isinstance(p.default, int) else None
+
+
+def register_gym_env(name: str, target: str | type[SwarmEnv]) -> list[str]:
+    """Register ``feudal_es/<name>Swarm-v0`` and ``feudal_es/<name>Selector-v0`` for a
+    functional env (``"module:Class"`` or a class); returns the two ids.
+
+    Re-registering the same spec is a no-op; a different one overrides (Gymnasium warns).
+    """
+    cls = load_env_class(target)
+    steps = _default_max_steps(cls)
+    core = _target_name(target)
+    specs = {
+        "Swarm": dict(entry_point=f"{_MODULE}:make_swarm_gym",
+                      vector_entry_point=f"{_MODULE}:make_swarm_vector",
+                      max_episode_steps=steps, kwargs={"core": core}),
+        "Selector": dict(entry_point=f"{_MODULE}:make_selector_gym", vector_entry_point=None,
+                         max_episode_steps=None if steps is None
+                         else math.ceil(steps / DEFAULT_SELECTOR_PERIOD),
+                         kwargs={"core": core}),
+    }
+    ids = []
+    for kind, fields in specs.items():
+        env_id = gym_env_id(name, kind)  # type: ignore[arg-type]
+        existing = gym.registry.get(env_id)
+        if existing is None or any(getattr(existing, k) != v for k, v in fields.items()):
+            gym.register(env_id, **fields)
+        ids.append(env_id)
+    return ids
+
+
+def register_bundled_gym_envs() -> list[str]:
+    """Register every bundled env's Swarm and Selector ids; returns the ids."""
+    return [i for name in available_bundled_envs()
+            for i in register_gym_env(name, BUNDLED_ENVS[name])]
