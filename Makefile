@@ -4,13 +4,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# What demo and test need. The ray and jaxmarl tests skip without their extras; CI
+# (.ci/run) installs both first: `.venv/bin/pip install -e ".[ray,jaxmarl]"`.
+EXTRAS ?= dev
 
 .PHONY: demo test test-slow lint bench results clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,ray,jaxmarl]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,11 +29,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[jaxmarl]"
 	$(BIN)/python -m bench.all
 
-# Every plot and table of the README's Results section, from scratch (CPU-sized budget,
-# about 40-60 min on 2 cores; `python -m experiments.all --scale 4` for longer runs).
+# Every plot and table of the README's Results section, from scratch (see the README for
+# its wall time; `python -m experiments.all --scale 0.05` is a smoke version).
 results: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[jaxmarl]"
 	$(BIN)/python -m experiments.all
 
 clean:

@@ -13,13 +13,21 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envs.base import SwarmEnv
 
-__all__ = ["JAXMARL_PREFIX", "ResolvedEnv", "UntrustedEnvError", "is_code_reference",
-           "registered_ids", "resolve_env"]
+__all__ = [
+    "JAXMARL_PREFIX",
+    "ResolvedEnv",
+    "UntrustedEnvError",
+    "is_code_reference",
+    "registered_ids",
+    "resolve_env",
+    "resolve_stored_env",
+]
 
 JAXMARL_PREFIX = "jaxmarl/"  # jaxmarl/<name>: a JaxMARL env on the JAX path (optional extra)
 
@@ -202,3 +210,23 @@ def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
         f"unknown env {env_id!r}{hint} (see `feudal-es envs`; a module that registers "
         "envs can be loaded with --import MODULE, or name a factory as 'module:attr')"
     )
+
+
+def resolve_stored_env(env: str, env_kwargs: Mapping[str, Any], imports: Sequence[str],
+                       user_env: str | None, path: str | os.PathLike) -> ResolvedEnv:
+    """The env of a config read from checkpoint ``path``: the id the user named again
+    (``user_env``, trusted), or the stored id as data (never a 'module:attr'; an id only
+    a module registers raises naming the ``--import`` the run was started with)."""
+    if user_env is not None:
+        return resolve_env(env, env_kwargs)
+    try:
+        return resolve_env(env, env_kwargs, source=f"checkpoint {path}")
+    except UntrustedEnvError:
+        raise
+    except ValueError as e:
+        if not imports or not str(e).startswith("unknown env"):
+            raise
+        flags = " ".join(f"--import {m}" for m in imports)
+        raise ValueError(f"the run's env {env!r} is not registered in this process; the "
+                         f"run was started with {flags}: pass {flags} (a run directory "
+                         "never imports modules itself)") from None

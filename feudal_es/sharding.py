@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["AXIS", "SEED_AXIS", "batch_sharding", "population_mesh", "replicate",
+__all__ = ["AXIS", "SEED_AXIS", "batch_sharding", "committed", "population_mesh", "replicate",
            "shard_batched", "shard_population", "to_local"]
 
 AXIS = "pop"
@@ -145,3 +145,11 @@ def to_local(tree: Any) -> Any:
         return x
 
     return jax.tree.map(one, tree)
+
+
+def committed(tree: Any) -> Any:
+    """``tree``'s arrays committed to the default device, as every jitted round returns
+    them: an uncommitted input (a fresh init, a loaded checkpoint) would make each jitted
+    function of the loop compile a second time once its inputs turn committed."""
+    arrays, rest = eqx.partition(tree, eqx.is_array)
+    return eqx.combine(jax.device_put(arrays, jax.devices()[0]), rest)

@@ -33,9 +33,10 @@ from agents import FeudalActor, es_theta, selector_theta, set_es_theta
 from feudal_es import checkpoint, es, mappo
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.keys import KeySchedule, chain_key, root_keys
-from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
+from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env, resolve_stored_env
 from feudal_es.rundir import LABELS, RunDir, clean, default_run_dir
 from feudal_es.runtime import make_runtime
+from feudal_es.sharding import committed
 from feudal_es.signals import StopOnSignals, TrainingInterrupted
 
 __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
@@ -44,6 +45,7 @@ __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
 
 log = logging.getLogger("feudal_es.trainer")
 _keep_finite = eqx.filter_jit(mappo.keep_finite)
+
 
 
 class ESTrainer:
@@ -65,8 +67,8 @@ class ESTrainer:
         self.env = resolved or resolve_env(config.env, config.env_kwargs)
         self.runtime = make_runtime(config, self.env)
         self.keys = root_keys(config.seed)
-        self.ts = self.runtime.init_train_state(self.keys.init)
-        self.es_state = es.init(self.theta_of(self.ts.actor), config.es)
+        self.ts = committed(self.runtime.init_train_state(self.keys.init))
+        self.es_state = committed(es.init(self.theta_of(self.ts.actor), config.es))
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.round = 0
         self.history: list[dict] = []
@@ -379,7 +381,7 @@ class ESTrainer:
         return self.rundir.save_checkpoint(self.round, self.checkpoint_tree(), meta)
 
     def _restore(self, tree: dict[str, Any], meta: dict[str, Any]) -> None:
-        self.ts, self.es_state = tree["train_state"], tree["es_state"]
+        self.ts, self.es_state = committed(tree["train_state"]), committed(tree["es_state"])
         self.round, self.best_fitness = int(tree["round"]), float(tree["best_fitness"])
         self.history = list(meta.get("history", []))
         self._wall_offset = float(meta.get("wall_time") or 0.0)
@@ -445,7 +447,8 @@ class ESTrainer:
                              f"that env (env={env!r} may only repeat it)")
         if n_outer is not None:
             config = dataclasses.replace(config, n_outer=int(n_outer))
-        trainer = cls(config, run_dir, resolved=_resolve_stored(config, env, latest))
+        resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, latest)
+        trainer = cls(config, run_dir, resolved=resolved)
         template, expect = trainer.checkpoint_tree(), trainer.checkpoint_expect()
         tree, meta = (mgr.load_latest(template, expect) if at_round is None
                       else checkpoint.load(latest, template, expect))
@@ -468,29 +471,11 @@ class ESTrainer:
         same_env = env is None or env == config.env
         if env is not None:
             config = dataclasses.replace(config, env=env)
-        trainer = cls(config, path.parent, resolved=_resolve_stored(config, env, path))
+        resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, path)
+        trainer = cls(config, path.parent, resolved=resolved)
         expect = trainer.checkpoint_expect() if same_env else None
         trainer._restore(*checkpoint.load(path, trainer.checkpoint_tree(), expect=expect))
         return trainer
-
-
-def _resolve_stored(config: TrainerConfig, user_env: str | None, path: Path) -> ResolvedEnv:
-    """The env of a config read from checkpoint ``path``: what the user named (trusted), or
-    the stored id (data: never a 'module:attr'; an id only a module registers names the
-    ``--import`` the run was started with)."""
-    if user_env is not None:
-        return resolve_env(config.env, config.env_kwargs)
-    try:
-        return resolve_env(config.env, config.env_kwargs, source=f"checkpoint {path}")
-    except UntrustedEnvError:
-        raise
-    except ValueError as e:
-        if not config.imports or not str(e).startswith("unknown env"):
-            raise
-        flags = " ".join(f"--import {m}" for m in config.imports)
-        raise ValueError(f"the run's env {config.env!r} is not registered in this process; "
-                         f"the run was started with {flags}: pass {flags} (a run directory "
-                         "never imports modules itself)") from None
 
 
 def _stored_config(path: Path, meta: dict[str, Any]) -> TrainerConfig:

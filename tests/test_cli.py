@@ -3,8 +3,10 @@
 ``train`` with a tiny JSON config (its history equals the Python API's for the same
 config; a slow test SIGKILLs it after its first checkpoint and ``--resume``s it to the
 same history); ``eval`` of two saved selectors on identical episodes; ``envs`` listing
-an env that an ``--import``ed module registers; ``render``; and a custom PettingZoo env,
-defined and registered in this module, trained end to end through ``--import``.
+an env that an ``--import``ed module registers (defined here); ``render``; the errors a
+newcomer meets first (resume with nothing to do or no directory, ``--out`` into a foreign
+directory, a selector file of another env). The README's custom-env walk-through runs
+in test_readme.py.
 Compilations are shared with the in-process tests through the session's persistent XLA
 cache (conftest.py).
 """
@@ -186,20 +188,36 @@ def test_unknown_env_is_a_clear_error(work):
     assert "feudal_es/Coverage-v0" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_custom_pettingzoo_env_trains_through_the_cli(work):
-    from test_trainer import TINY_ACTOR
+def test_resume_and_out_errors_come_before_any_work(work, trained):
+    run, _ = trained
+    proc = cli("train", "--resume", str(run), cwd=work)
+    assert "nothing to do" in proc.stdout and "3 of its 3 rounds" in proc.stdout
+    proc = cli("train", "--resume", str(work / "missing"), cwd=work, check=False)
+    assert proc.returncode == 2 and "no such directory" in proc.stderr
+    foreign = work / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    for out, message in ((foreign, "is not empty and is not a run directory"),
+                         (run, "already holds a run")):
+        proc = cli("train", "--config", "tiny.json", "--out", str(out), "--no-progress",
+                   cwd=work, check=False)
+        assert proc.returncode == 2 and message in proc.stderr
+        assert "training" not in proc.stdout  # refused before the banner
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
 
-    cfg = {"env": "tests/CliLine-v0", "n_outer": 2, "episodes": 2, "num_skills": 2,
-           "es": {"pop_size": 4, "sigma": 0.5}, "actor": TINY_ACTOR,
-           "critic": {"hidden": [32]},
-           "mappo": {"num_envs": 2, "num_steps": 8, "epochs": 1, "minibatches": 1,
-                     "selector_period": 4}}
-    (work / "line.json").write_text(json.dumps(cfg))
-    out = cli("train", "--import", "test_cli", "--config", "line.json", "--out", "line",
-              "--no-progress", cwd=work).stdout
-    assert "host path" in out
-    rows = metrics(work / "line")
-    assert [r["round"] for r in rows] == [0, 1]
-    assert all(r["fitness_best"] is not None and r["mappo/policy_loss"] is not None
-               for r in rows)
-    assert (work / "line" / "ckpt_00000002.safetensors").is_file()
+
+def test_selector_file_of_another_env_is_refused_unless_forced(work, trained):
+    from feudal_es.checkpoint import load_selector, save_selector
+
+    run, _ = trained
+    theta, meta = load_selector(run / "best_selector.safetensors")
+    alien = work / "alien.safetensors"
+    save_selector(alien, theta, {**meta, "env": "feudal_es/Discovery-v0"})
+    proc = cli("eval", str(run), "--selector", str(alien), "--episodes", "2", cwd=work,
+               check=False)
+    assert proc.returncode == 2 and "not of this run's setup" in proc.stderr
+    assert "feudal_es/Discovery-v0" in proc.stderr and "--force" in proc.stderr
+    proc = cli("eval", str(run), "--selector", str(alien), "--episodes", "2", "--force",
+               "--json", cwd=work)
+    assert "evaluating it anyway" in proc.stderr
+    assert json.loads(proc.stdout)["selectors"][0]["selector"] == str(alien)
