@@ -33,6 +33,11 @@ STEPS = 6  # episode length for the API tests
 SMALL = {"num_agents": N, "max_steps": STEPS}
 
 
+def small(name: str) -> dict:
+    """SMALL for env id or class ``name`` (Rover's coupling must fit N agents)."""
+    return {**SMALL, "coupling": 2} if "Rover" in name else SMALL
+
+
 class TinyEnv(SwarmEnv):
     """A minimal functional env (agents chase a random goal), for adapter tests only."""
 
@@ -117,7 +122,7 @@ def _core_class(eid: str) -> type[SwarmEnv]:
 @pytest.mark.parametrize("eid", ALL_IDS)
 def test_parallel_api_through_registry(eid):
     """PettingZoo's API test through pettingzoo.make; episodes end by truncation."""
-    env = pettingzoo.make("parallel", eid, render_mode="rgb_array", **SMALL)
+    env = pettingzoo.make("parallel", eid, render_mode="rgb_array", **small(eid))
     assert isinstance(env, SwarmParallelEnv) and env.unwrapped is env
     parallel_api_test(env, num_cycles=STEPS + 5)
     frame = env.render()
@@ -136,7 +141,8 @@ def test_parallel_api_through_registry(eid):
 
 @pytest.mark.parametrize("eid", ALL_IDS)
 def test_parallel_seed_through_registry(eid):
-    parallel_seed_test(lambda: pettingzoo.make("parallel", eid, **SMALL), num_cycles=STEPS)
+    parallel_seed_test(lambda: pettingzoo.make("parallel", eid, **small(eid)),
+                       num_cycles=STEPS)
 
 
 def _core_reference(core: SwarmEnv, seed: int, actions: list[np.ndarray]):
@@ -165,8 +171,8 @@ def _close(actual, expected):
 def test_adapter_equals_core(eid):
     """Obs, rewards, infos, state() and comm_graph() equal the core's, step by step."""
     seed, n_steps = 7, 4
-    env = pettingzoo.make("parallel", eid, **SMALL)
-    core = _core_class(eid)(**SMALL)
+    env = pettingzoo.make("parallel", eid, **small(eid))
+    core = _core_class(eid)(**small(eid))
     rng = np.random.default_rng(0)
     actions = [rng.uniform(-1, 1, (N, 2)).astype(np.float32) for _ in range(n_steps)]
     ref = _core_reference(core, seed, actions)
@@ -274,7 +280,7 @@ def test_registry_forwards_kwargs_to_core():
 # --- Gymnasium ----------------------------------------------------------------------
 GYM_CORES = [pytest.param(lambda: TinyEnv(**SMALL), id="tiny")] + [
     pytest.param(
-        lambda name=name: getattr(envs, name)(**SMALL),
+        lambda name=name: getattr(envs, name)(**small(name)),
         id=name,
         marks=pytest.mark.skipif(not _bundled_present(name), reason=f"{name} not there yet"),
     )
@@ -391,6 +397,6 @@ def test_gif_writer(tmp_path):
 def test_gif_command_writes_every_bundled_env(tmp_path):
     from envs.gif import main
 
-    assert main(["--out", str(tmp_path), "--steps", "5", "--num-agents", "3"]) == 0
+    assert main(["--out", str(tmp_path), "--steps", "5", "--num-agents", "4"]) == 0
     present = [n for n in BUNDLED_ENVS if _bundled_present(n)]
     assert sorted(p.name.split("_")[0] for p in tmp_path.glob("*.gif")) == sorted(present)
