@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/feudal-es demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q --durations=15
+	$(BIN)/python -m pytest -m "not slow" -q --durations=15 -n auto --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q

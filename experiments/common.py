@@ -1,18 +1,27 @@
-"""Shared machinery of the result studies: training at an equal env-step budget, held-out
-evaluation, 95% confidence intervals, curves on a common env-step grid, plots, summaries.
+"""Shared machinery of the result studies: training arms at an equal env-step budget
+(every seed of an arm in one program), held-out evaluation, 95% confidence intervals,
+curves on a common env-step grid, plots, summaries.
 
-Env-step accounting (the same for every mode): one env step = one step of one swarm env
+Arms (:data:`ARMS`): MERL, the MERL paper's ablations (MAPPO-only with a uniformly random
+or a fixed option, ES-only on the whole actor), each a ``TrainerConfig`` override of one
+base config per env, so every arm shares every hyperparameter it uses.
+
+Env-step accounting (the same for every arm): one env step = one step of one swarm env
 copy. A round of ``ESTrainer`` spends ``grad_steps_per_outer * mappo.batch_size`` steps on
 MAPPO rollouts (modes ``merl``, ``mappo``) and ``es.num_candidates * episodes * max_steps``
 steps on ES fitness episodes (modes ``merl``, ``es``). The trainer's per-round logging
-episodes (the current selector's fitness, used only to draw the curves) are a measurement,
-not training, and are counted for no mode. Each mode runs ``budget / steps_per_round``
-rounds, so all modes end at the same budget (the budget is rounded up to a common
-multiple of the three modes' round sizes).
+episodes (the current policy's fitness, used only to draw the curves) are a measurement,
+not training, and are counted for no arm. Each arm runs ``budget / steps_per_round``
+rounds, so all arms end at the same budget (the budget is rounded up to a common multiple
+of the arms' round sizes).
+
+Held-out evaluation: ``eval_episodes`` episodes from ``split(key(HELDOUT_SEED), E)``, a key
+no training run uses, the same episodes for every arm, seed and reference policy.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import json
@@ -27,15 +36,31 @@ from typing import Any
 
 import numpy as np
 
-from feudal_es.config import COMPACT_ACTOR
 from feudal_es.stats import mean_ci, t_critical
 
+__all__ = ["ABLATION_ARMS", "ARMS", "ARM_LABELS", "HELDOUT_SEED", "RESULTS", "SEEDS", "arm_config",
+           "compare_arms", "curve_band", "equal_budget", "mean_ci", "steps_per_round",
+           "t_critical", "train_arm"]
+
 RESULTS = Path(__file__).resolve().parent / "results"
-SEEDS = (0, 1, 2, 3, 4)  # every study's default seeds
-MODES = ("merl", "es", "mappo")
-MODE_LABELS = {"merl": "MERL (ES selector + MAPPO executor)", "es": "ES-only",
-               "mappo": "MAPPO-only"}
+SEEDS = tuple(range(10))  # every study's default seeds
 HELDOUT_SEED = 123_456  # root of the held-out evaluation episodes (never used in training)
+
+# arm -> TrainerConfig overrides of the study's base config (nested dicts are merged)
+ARMS: dict[str, dict[str, Any]] = {
+    "merl": {"mode": "merl"},
+    "mappo_uniform": {"mode": "mappo", "actor": {"options": "uniform"}},
+    "mappo_fixed": {"mode": "mappo", "actor": {"options": "fixed"}},
+    "es": {"mode": "es"},
+    "mappo": {"mode": "mappo"},  # MAPPO alone (the selector frozen; envs without options)
+}
+ABLATION_ARMS = ("merl", "mappo_uniform", "mappo_fixed", "es")  # the MERL paper's set
+ARM_LABELS = {"merl": "MERL (ES selector + MAPPO executor)",
+              "mappo_uniform": "MAPPO-only, uniform-random options",
+              "mappo_fixed": "MAPPO-only, fixed option",
+              "es": "ES-only (whole actor)",
+              "mappo": "MAPPO (frozen selector)"}
+
 
 # ---------------------------------------------------------------------------------------
 # statistics (the 95% t-interval is feudal_es.stats')
@@ -63,13 +88,42 @@ def common_grid(runs: Sequence[dict], points: int = 50) -> np.ndarray:
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether two ``(mean, half-width)`` intervals overlap."""
+    """Whether two ``(mean, half-width)`` intervals overlap (a NaN width overlaps)."""
+    if not (math.isfinite(a[1]) and math.isfinite(b[1])):
+        return True
     return abs(a[0] - b[0]) <= a[1] + b[1]
 
 
+def above(a: dict, b: dict, higher: bool = True) -> bool:
+    """Whether summary ``a`` is better than ``b`` (``{"mean", "ci95"}``) with disjoint
+    95% intervals."""
+    better = a["mean"] > b["mean"] if higher else a["mean"] < b["mean"]
+    return better and not overlap((a["mean"], a["ci95"]), (b["mean"], b["ci95"]))
+
+
+def summarize(per_seed: Sequence[float]) -> dict[str, Any]:
+    """Mean and 95% t half-width over seeds of per-seed values."""
+    m, hw = mean_ci([float(v) for v in per_seed])
+    return {"per_seed": [float(v) for v in per_seed], "mean": m, "ci95": hw,
+            "n": len(per_seed)}
+
+
 # ---------------------------------------------------------------------------------------
-# training
+# arms and budgets
 # ---------------------------------------------------------------------------------------
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def arm_config(base: dict, arm: str, extra: dict | None = None) -> dict:
+    """The TrainerConfig dict of ``arm``: ``base`` with :data:`ARMS`'s overrides (and the
+    study's ``extra`` ones for this arm, e.g. which option the fixed arm holds)."""
+    return _merge(_merge(base, ARMS[arm]), extra or {})
+
+
 def steps_per_round(config: Any, max_steps: int) -> int:
     """Training env steps one round of ``config`` spends (see the module docstring)."""
     mcfg, ecfg = config.mappo, config.es
@@ -81,132 +135,263 @@ def steps_per_round(config: Any, max_steps: int) -> int:
     return steps
 
 
-def equal_budget(base: dict, max_steps: int, budget: int) -> tuple[int, dict[str, int]]:
-    """Round ``budget`` up to a multiple of every mode's round size; rounds per mode."""
-    from feudal_es.trainer import TrainerConfig
+def round_sizes(base: dict, max_steps: int, arms: Sequence[str],
+                extra: dict[str, dict] | None = None) -> dict[str, int]:
+    """Env steps per round of each arm."""
+    from feudal_es.config import TrainerConfig
 
-    sizes = {m: steps_per_round(TrainerConfig.from_dict({**base, "mode": m}), max_steps)
-             for m in MODES}
+    extra = extra or {}
+    return {a: steps_per_round(TrainerConfig.from_dict(arm_config(base, a, extra.get(a))),
+                               max_steps) for a in arms}
+
+
+def equal_budget(base: dict, max_steps: int, budget: int, arms: Sequence[str] = ABLATION_ARMS,
+                 extra: dict[str, dict] | None = None) -> tuple[int, dict[str, int]]:
+    """Round ``budget`` up to a multiple of every arm's round size; rounds per arm."""
+    sizes = round_sizes(base, max_steps, arms, extra)
     lcm = math.lcm(*sizes.values())
     budget = max(lcm, -(-budget // lcm) * lcm)
-    return budget, {m: budget // s for m, s in sizes.items()}
+    return budget, {a: budget // s for a, s in sizes.items()}
 
 
-def train_and_evaluate(base: dict, mode: str, seed: int, rounds: int, max_steps: int,
-                       eval_episodes: int, run_root: Path,
-                       metric: str | None = None) -> dict[str, Any]:
-    """Train one (mode, seed) for ``rounds`` rounds, then evaluate the final actor and
-    selector on ``eval_episodes`` held-out episodes (the same for every mode and seed).
-
-    Returns the per-round curve (training env steps, logged selector fitness) and the
-    held-out team returns (and final values of env ``metric``), per episode.
-    """
+# ---------------------------------------------------------------------------------------
+# training and held-out evaluation
+# ---------------------------------------------------------------------------------------
+def heldout_keys(episodes: int) -> Any:
+    """The held-out episodes' keys (the same for every arm, seed and reference)."""
     import jax
 
-    from agents import selector_theta
-    from feudal_es.trainer import ESTrainer, TrainerConfig
+    return jax.random.split(jax.random.key(HELDOUT_SEED), episodes)
 
-    cfg = TrainerConfig.from_dict({**base, "mode": mode, "seed": seed, "n_outer": rounds,
+
+def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
+              eval_episodes: int, run_dir: Path, metric: str | None = None,
+              arm: str = "") -> tuple[list[dict], Any]:
+    """Train every seed of ``config`` for ``rounds`` rounds (two or more seeds: one
+    program, :class:`feudal_es.seeds.MultiSeedTrainer`), then play the final policies on
+    the held-out episodes. Returns one result per seed (curve, held-out team returns and
+    final ``metric`` per episode, times) and the trainers (one per seed, for GIFs)."""
+    import jax
+    import jax.numpy as jnp
+
+    from feudal_es.config import TrainerConfig
+    from feudal_es.seeds import MultiSeedTrainer
+    from feudal_es.trainer import ESTrainer
+
+    cfg = TrainerConfig.from_dict({**config, "seeds": list(seeds) if len(seeds) > 1 else [],
+                                   "seed": int(seeds[0]), "n_outer": rounds,
                                    "checkpoint_every": 10**6, "plot_every": 10**6,
                                    "gif": False})
     per_round = steps_per_round(cfg, max_steps)
+    shutil.rmtree(run_dir, ignore_errors=True)  # a study always starts from scratch
     t0 = time.perf_counter()
-    trainer = ESTrainer(cfg, run_root / f"{mode}-seed{seed}")
-    history = trainer.run()
-    train_time = time.perf_counter() - t0
-    theta = selector_theta(trainer.ts.actor)
-    ret, metrics = trainer.rollout_stats(theta[None], jax.random.key(HELDOUT_SEED),
-                                         episodes=eval_episodes)
-    out = {
-        "mode": mode, "seed": seed, "rounds": rounds,
-        "env_steps": rounds * per_round,
-        "curve": {"env_steps": [(h["round"] + 1) * per_round for h in history],
-                  "selector_fitness": [h["selector_fitness"] for h in history],
-                  "mappo_env_steps": [h["env_steps"] for h in history]},
-        "heldout_team_return": [float(v) for v in np.asarray(ret)[0]],
-        "train_time_s": train_time,
-        "total_time_s": time.perf_counter() - t0,
-    }
-    if metric is not None:
-        out["heldout_" + metric] = [float(v) for v in np.asarray(metrics[metric])[0]]
+    if len(seeds) > 1:
+        group = MultiSeedTrainer(cfg, run_dir)
+        group.run()
+        trainers = group.trainers
+        train_time = time.perf_counter() - t0
+        fns, n = group.fns, len(seeds)
+        keys = fns.place(jnp.stack([heldout_keys(eval_episodes)] * n))
+        ret, metrics = jax.device_get(fns.returns(group.ts.actor,
+                                                  fns.selector(group.ts.actor)[:, None], keys))
+        ret = np.asarray(ret)[:, 0]
+        metrics = {k: np.asarray(v)[:, 0] for k, v in metrics.items()}
+    else:
+        trainer = ESTrainer(cfg, run_dir)
+        trainer.run()
+        trainers = [trainer]
+        train_time = time.perf_counter() - t0
+        r1, m1 = trainer.rollout_stats(trainer.theta_of(trainer.ts.actor)[None],
+                                       jax.random.key(HELDOUT_SEED), episodes=eval_episodes)
+        ret, metrics = np.asarray(r1), {k: np.asarray(v) for k, v in m1.items()}
+    total = time.perf_counter() - t0
+    out = []
+    for i, (seed, t) in enumerate(zip(seeds, trainers, strict=True)):
+        h = t.history
+        row = {"arm": arm, "mode": cfg.mode, "seed": int(seed), "rounds": rounds,
+               "env_steps": rounds * per_round,
+               "curve": {"env_steps": [(r["round"] + 1) * per_round for r in h],
+                         "fitness": [r["selector_fitness"] for r in h]},
+               "heldout_team_return": [float(v) for v in ret[i]],
+               "train_time_s": round(train_time, 2), "total_time_s": round(total, 2),
+               "seeds_in_program": len(seeds)}
+        if metric is not None and metric in metrics:
+            row["heldout_" + metric] = [float(v) for v in metrics[metric][i]]
+        out.append(row)
+    return out, trainers
+
+
+def reference_returns(env: Any, policies: dict[str, Callable], episodes: int,
+                      metric: str | None = None) -> dict[str, dict[str, list[float]]]:
+    """Team return (and final ``metric``) per held-out episode of each reference policy
+    (``policy(key, env, state) -> actions``), on the learned arms' held-out episodes."""
+    import jax
+
+    from envs.episode import run_episode, stateless
+
+    out = {}
+    for name, pol in policies.items():
+        def one(k, pol=pol):
+            ep = run_episode(k, env, stateless(pol, env))
+            return ep.team_return, (ep.outs.metrics[metric][-1] if metric else ep.team_return)
+
+        ret, met = jax.device_get(jax.jit(jax.vmap(one))(heldout_keys(episodes)))
+        out[name] = {"team_return": [float(v) for v in ret]}
+        if metric:
+            out[name][metric] = [float(v) for v in met]
     return out
 
 
-def run_modes(base: dict, max_steps: int, budget: int, seeds: Sequence[int],
-              eval_episodes: int, run_root: Path, metric: str | None = None,
-              modes: Sequence[str] = MODES, log: Callable[[str], None] = print
-              ) -> tuple[int, list[dict]]:
-    """Every mode x seed at an equal env-step budget; returns (budget, per-run results)."""
-    budget, rounds = equal_budget(base, max_steps, budget)
-    shutil.rmtree(run_root, ignore_errors=True)  # trainers append to an existing run dir
-    results = []
-    for mode in modes:
-        for seed in seeds:
-            r = train_and_evaluate(base, mode, seed, rounds[mode], max_steps, eval_episodes,
-                                   run_root, metric)
-            results.append(r)
-            log(f"  {mode:5s} seed {seed}: {r['rounds']} rounds, {r['env_steps']} env steps, "
-                f"held-out team return {np.mean(r['heldout_team_return']):.3f}, "
-                f"{r['total_time_s']:.1f}s")
-    return budget, results
+# ---------------------------------------------------------------------------------------
+# one study: arms x seeds on each variant, references, goals, outputs
+# ---------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Variant:
+    """One setting of a study: its base config and what is compared on it."""
+
+    label: str
+    base: dict[str, Any]
+    max_steps: int
+    arms: tuple[str, ...] = ABLATION_ARMS
+    extra: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-arm overrides
+    references: Callable[[int], dict[str, dict[str, list[float]]]] | None = None
+    gif_arms: tuple[str, ...] = ()  # arms whose best seed's final policy is drawn as a GIF
+
+
+def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
+                eval_episodes: int, metric: str, run_root: Path, out_dir: Path,
+                log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every arm of ``v`` over ``seeds`` at an equal env-step budget, plus its references."""
+    spent, rounds = equal_budget(v.base, v.max_steps, budget, v.arms, v.extra)
+    refs = v.references(eval_episodes) if v.references else {}
+    runs, gifs = [], {}
+    for arm in v.arms:
+        clock = Timer()
+        cfg = arm_config(v.base, arm, v.extra.get(arm))
+        rows, trainers = train_arm(cfg, seeds, rounds[arm], v.max_steps, eval_episodes,
+                                   run_root / study / slug(v.label) / arm, metric, arm)
+        runs += rows
+        means = [np.mean(r["heldout_team_return"]) for r in rows]
+        log(f"  [{study}] {v.label} · {arm}: {rounds[arm]} rounds x {len(seeds)} seeds, "
+            f"{spent} env steps each, held-out team return {np.mean(means):.3f} "
+            f"(seeds {min(means):.3f}..{max(means):.3f}), {clock():.0f} s")
+        if arm in v.gif_arms:
+            best = int(np.argmax(means))
+            path = out_dir / f"{study}-{slug(v.label)}-{arm}.gif"
+            trainers[best].write_gif(path)
+            gifs[arm] = {"path": path.name, "seed": int(seeds[best])}
+    return {"label": v.label, "config": v.base, "arm_overrides": {
+                a: _merge(ARMS[a], v.extra.get(a, {})) for a in v.arms},
+            "budget_env_steps": spent, "rounds": rounds,
+            "round_env_steps": round_sizes(v.base, v.max_steps, v.arms, v.extra),
+            "team_return": {a: summarize([np.mean(r["heldout_team_return"]) for r in runs
+                                          if r["arm"] == a]) for a in v.arms},
+            metric: {a: summarize([np.mean(r["heldout_" + metric]) for r in runs
+                                   if r["arm"] == a and "heldout_" + metric in r])
+                     for a in v.arms if any("heldout_" + metric in r for r in runs)},
+            "references": {n: {k: {**summarize(vals), "over": "episodes"}
+                               for k, vals in d.items()} for n, d in refs.items()},
+            "references_per_episode": refs, "gifs": gifs, "runs": runs}
+
+
+def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Sequence[int],
+                 eval_episodes: int, metric: str, metric_label: str, fitness_label: str,
+                 out_dir: Path, run_root: Path, goals: Callable[[dict], list[dict]],
+                 higher: bool = True) -> dict[str, Any]:
+    """Run every variant; write ``<name>.json`` (raw per-seed results, configs, goals),
+    ``<name>.csv``, ``<name>.png`` (curves with 95% bands, held-out bars) and
+    ``<name>.md``. ``goals(report)`` -> ``[{"goal", "met", "numbers"}]``."""
+    clock = Timer()
+    report: dict[str, Any] = {"study": name, "seeds": list(seeds),
+                              "eval_episodes": eval_episodes, "heldout_seed": HELDOUT_SEED,
+                              "metric": metric, "metric_higher_is_better": higher,
+                              "variants": {}}
+    for v in variants:
+        print(f"[{name}] {v.label}", flush=True)
+        report["variants"][v.label] = run_variant(name, v, budget, seeds, eval_episodes,
+                                                  metric, run_root, out_dir)
+    report["goals"] = goals(report)
+    report["wall_time_s"] = round(clock(), 1)
+    report["machine"] = machine_note()
+    plot_study(report, out_dir / f"{name}.png", fitness_label, metric_label)
+    write_json(out_dir / f"{name}.json", report)
+    write_csv(out_dir / f"{name}.csv", csv_rows(report))
+    (out_dir / f"{name}.md").write_text(markdown(report, metric_label))
+    return report
+
+
+def merl_beats(report: dict, label: str, key: str = "team_return",
+               higher: bool = True, threshold: float | None = None) -> dict[str, Any]:
+    """The usual goal: MERL better than every other arm with disjoint 95% CIs (and, with
+    ``threshold``, its mean at least that)."""
+    v = report["variants"][label]
+    merl = v[key]["merl"]
+    wins = {a: above(merl, s, higher) for a, s in v[key].items() if a != "merl"}
+    met = all(wins.values())
+    text = f"{label}: MERL's {key.replace('_', ' ')} above every ablation, disjoint 95% CIs"
+    if threshold is not None:
+        met = met and merl["mean"] >= threshold
+        text = f"{label}: MERL's {key.replace('_', ' ')} >= {threshold} and above every " \
+               "ablation with disjoint 95% CIs"
+    nums = {a: fmt_ci(s["mean"], s["ci95"]) for a, s in v[key].items()}
+    return {"goal": text, "met": bool(met), "numbers": nums, "disjoint_wins": wins}
 
 
 # ---------------------------------------------------------------------------------------
 # output
 # ---------------------------------------------------------------------------------------
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label).strip("_")
+
+
 def write_json(path: Path, data: Any) -> Path:
     """Pretty JSON, written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    from feudal_es.atomic import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
-    """Rows of a per-seed table as CSV (columns from the first row)."""
+    """Rows of a per-seed table as CSV (columns: the union, in first-seen order)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
     return path
 
 
-def plot_curves(ax: Any, runs: list[dict], title: str, ylabel: str,
-                modes: Sequence[str] = MODES) -> dict[str, tuple[np.ndarray, np.ndarray,
-                                                                 np.ndarray]]:
-    """Mean and 95% CI band over seeds of each mode's learning curve, against env steps
-    (curves interpolated onto one grid). Returns ``{mode: (grid, mean, half-width)}``."""
-    grid = common_grid(runs)
-    bands = {}
-    for mode in modes:
-        mine = [r for r in runs if r["mode"] == mode]
-        if not mine:
-            continue
-        ys = np.stack([on_grid(r["curve"]["env_steps"], r["curve"]["selector_fitness"], grid)
-                       for r in mine])
-        mean, hw = curve_band(ys)
-        line, = ax.plot(grid, mean, label=f"{MODE_LABELS[mode]} (n={len(mine)})")
-        ax.fill_between(grid, mean - hw, mean + hw, color=line.get_color(), alpha=0.2)
-        bands[mode] = (grid, mean, hw)
-    ax.set_xlabel("training env steps (MAPPO samples + ES fitness episodes)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return bands
+def csv_rows(report: dict) -> list[dict]:
+    """One row per (variant, arm, seed) and per (variant, reference policy)."""
+    metric, rows = report["metric"], []
+    for label, v in report["variants"].items():
+        for r in v["runs"]:
+            row = {"variant": label, "policy": r["arm"], "seed": r["seed"],
+                   "env_steps": r["env_steps"], "rounds": r["rounds"],
+                   "heldout_team_return": float(np.mean(r["heldout_team_return"]))}
+            if "heldout_" + metric in r:
+                row[metric] = float(np.mean(r["heldout_" + metric]))
+            rows.append({**row, "train_time_s": r["train_time_s"]})
+        for n, d in v["references_per_episode"].items():
+            row = {"variant": label, "policy": n, "seed": "", "env_steps": 0, "rounds": 0,
+                   "heldout_team_return": float(np.mean(d["team_return"]))}
+            if metric in d:
+                row[metric] = float(np.mean(d[metric]))
+            rows.append(row)
+    return rows
 
 
-def new_figure(ncols: int, width: float = 5.2, height: float = 3.8):
-    """A matplotlib figure (Agg backend) with ``ncols`` axes side by side."""
+def new_figure(nrows: int, ncols: int, width: float = 5.2, height: float = 3.6):
+    """A matplotlib figure (Agg backend) with ``nrows x ncols`` axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-    return fig, list(axes[0])
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
+                             squeeze=False)
+    return fig, axes
 
 
 def save_figure(fig: Any, path: Path) -> Path:
@@ -219,6 +404,61 @@ def save_figure(fig: Any, path: Path) -> Path:
     return path
 
 
+def plot_curves(ax: Any, runs: list[dict], arms: Sequence[str], title: str, ylabel: str,
+                references: dict | None = None) -> None:
+    """Mean and 95% band over seeds of each arm's learning curve against training env
+    steps (interpolated onto one grid); reference policies as dashed lines."""
+    grid = common_grid(runs)
+    for i, arm in enumerate(arms):
+        mine = [r for r in runs if r["arm"] == arm]
+        ys = np.stack([on_grid(r["curve"]["env_steps"], r["curve"]["fitness"], grid)
+                       for r in mine])
+        mean, hw = curve_band(ys)
+        ax.plot(grid, mean, color=f"C{i}", label=f"{ARM_LABELS[arm]} (n={len(mine)})")
+        ax.fill_between(grid, mean - hw, mean + hw, color=f"C{i}", alpha=0.2)
+    for j, (n, d) in enumerate((references or {}).items()):
+        ax.axhline(d["team_return"]["mean"], ls="--", lw=1, color=f"C{len(arms) + j}",
+                   label=f"{n} (reference)")
+    ax.set_xlabel("training env steps (MAPPO samples + ES fitness episodes)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def plot_bars(ax: Any, v: dict, key: str, xlabel: str, eval_episodes: int) -> None:
+    """Held-out value of every arm and reference, mean ± 95% CI."""
+    names = [ARM_LABELS[a] for a in v[key]] + [f"{n} (reference)" for n in v["references"]]
+    stats = list(v[key].values()) + [d[key] for d in v["references"].values()
+                                     if key in d]
+    names = names[: len(stats)]
+    ax.barh(names, [s["mean"] for s in stats],
+            xerr=[np.nan_to_num(s["ci95"]) for s in stats], capsize=3,
+            color=[f"C{i}" for i in range(len(stats))])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{xlabel}, {eval_episodes} held-out episodes")
+    ax.set_title("held-out, mean ± 95% CI (arms: over seeds; references: over episodes)",
+                 fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.tick_params(axis="y", labelsize=7)
+
+
+def plot_study(report: dict, path: Path, fitness_label: str, metric_label: str) -> Path:
+    """One row per variant: learning curves, then held-out bars of the metric."""
+    variants = report["variants"]
+    fig, axes = new_figure(len(variants), 2)
+    metric = report["metric"]
+    for row, (label, v) in zip(axes, variants.items(), strict=True):
+        arms = list(v["team_return"])
+        plot_curves(row[0], v["runs"], arms,
+                    f"{report['study']} · {label}: {v['budget_env_steps']:,} env steps / run",
+                    fitness_label, v["references"])
+        key = metric if metric in v else "team_return"
+        plot_bars(row[1], v, key, metric_label if key == metric else "team return",
+                  report["eval_episodes"])
+    return save_figure(fig, path)
+
+
 def fmt_ci(m: float, hw: float, digits: int = 3) -> str:
     """``mean ± half-width`` for a markdown table."""
     if not math.isfinite(hw):
@@ -226,16 +466,58 @@ def fmt_ci(m: float, hw: float, digits: int = 3) -> str:
     return f"{m:.{digits}f} ± {hw:.{digits}f}"
 
 
+def markdown(report: dict, metric_label: str) -> str:
+    """The study's summary: held-out table per variant, goals as met / not met."""
+    name, metric = report["study"], report["metric"]
+    lines = [f"# {name}", "",
+             f"Seeds {report['seeds']} (all seeds of an arm in one program); "
+             f"{report['eval_episodes']} held-out episodes (root key {report['heldout_seed']},"
+             " the same for every policy). Arms: mean ± 95% t-interval over seeds of the "
+             "per-seed means; references: over episodes. "
+             f"Wall time {report['wall_time_s']:.0f} s.", "",
+             f"![{name}]({name}.png)", "",
+             f"| variant | env steps / run | policy | rounds | team return | {metric_label} |",
+             "|---|---|---|---|---|---|"]
+    for label, v in report["variants"].items():
+        for a, s in v["team_return"].items():
+            m = v.get(metric, {}).get(a)
+            lines.append(f"| {label} | {v['budget_env_steps']:,} | {ARM_LABELS[a]} | "
+                         f"{v['rounds'][a]} | {fmt_ci(s['mean'], s['ci95'])} | "
+                         f"{fmt_ci(m['mean'], m['ci95']) if m else '-'} |")
+        for n, d in v["references"].items():
+            m = d.get(metric)
+            lines.append(f"| {label} | - | {n} (reference) | - | "
+                         f"{fmt_ci(d['team_return']['mean'], d['team_return']['ci95'])} | "
+                         f"{fmt_ci(m['mean'], m['ci95']) if m else '-'} |")
+        for arm, g in v["gifs"].items():
+            lines.append(f"\n{ARM_LABELS[arm]}, best seed ({g['seed']}): "
+                         f"![{arm}]({g['path']})")
+    lines += ["", "Goals:", ""]
+    for g in report["goals"]:
+        lines.append(f"- {g['goal']}: **{'met' if g['met'] else 'not met'}** "
+                     f"({'; '.join(f'{k} {v}' for k, v in g['numbers'].items())})")
+    lines += ["", f"Configs: `{name}.json` -> `variants.<variant>.config` and "
+              "`arm_overrides`; rounds per arm under `rounds`.", ""]
+    return "\n".join(lines)
+
+
 def machine_note() -> dict[str, Any]:
     """What the numbers ran on (load average shows CPU sharing)."""
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
     import jax
 
-    return {"cpus": os.cpu_count(), "loadavg_at_end": load, "jax": jax.__version__,
-            "python": platform.python_version()}
+    return {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(),
+            "jax": jax.__version__, "python": platform.python_version(),
+            "cpu": _cpu_model()}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 @dataclasses.dataclass
@@ -246,94 +528,6 @@ class Timer:
 
     def __call__(self) -> float:
         return time.perf_counter() - self.t0
-
-
-# ---------------------------------------------------------------------------------------
-# a whole mode-comparison study (Discovery, Dispersion)
-# ---------------------------------------------------------------------------------------
-def summarize(runs: list[dict], key: str, modes: Sequence[str] = MODES
-              ) -> dict[str, dict[str, Any]]:
-    """Per mode: per-seed means of ``runs[i][key]`` (a list over held-out episodes), and
-    their mean and 95% t half-width over seeds."""
-    out = {}
-    for mode in modes:
-        per_seed = [float(np.mean(r[key])) for r in runs if r["mode"] == mode]
-        if per_seed:
-            m, hw = mean_ci(per_seed)
-            out[mode] = {"per_seed": per_seed, "mean": m, "ci95": hw}
-    return out
-
-
-def compare_modes(name: str, variants: dict[str, dict], max_steps: dict[str, int],
-                  budget: int, seeds: Sequence[int], eval_episodes: int, metric: str,
-                  metric_label: str, fitness_label: str, out_dir: Path, run_root: Path,
-                  goal: str) -> dict[str, Any]:
-    """Train MERL, ES-only and MAPPO-only on each variant (a base TrainerConfig dict) at
-    an equal env-step budget over ``seeds``; write ``<name>.json`` (raw per-seed results
-    and the configs), ``<name>.csv``, ``<name>.png`` and ``<name>.md``."""
-    clock = Timer()
-    report: dict[str, Any] = {"study": name, "seeds": list(seeds),
-                              "eval_episodes": eval_episodes,
-                              "heldout_seed": HELDOUT_SEED, "variants": {}}
-    fig, axes = new_figure(len(variants))
-    rows = []
-    for ax, (label, base) in zip(axes, variants.items(), strict=True):
-        print(f"[{name}] {label}", flush=True)
-        spent, runs = run_modes(base, max_steps[label], budget, seeds, eval_episodes,
-                                run_root / name / label.replace(" ", "_"), metric=metric)
-        plot_curves(ax, runs, f"{label}: {budget // 1000}k env steps / run", fitness_label)
-        fit = summarize(runs, "heldout_team_return")
-        met = summarize(runs, "heldout_" + metric)
-        wins = {m: fit["merl"]["mean"] > fit[m]["mean"]
-                and not overlap((fit["merl"]["mean"], fit["merl"]["ci95"]),
-                                (fit[m]["mean"], fit[m]["ci95"]))
-                for m in ("es", "mappo")}
-        report["variants"][label] = {
-            "config": base, "budget_env_steps": spent,
-            "rounds": {m: equal_budget(base, max_steps[label], spent)[1][m] for m in MODES},
-            "team_return": fit, metric: met, "merl_beats_with_disjoint_ci": wins,
-            "runs": runs}
-        for r in runs:
-            rows.append({"variant": label, "mode": r["mode"], "seed": r["seed"],
-                         "env_steps": r["env_steps"], "rounds": r["rounds"],
-                         "heldout_team_return": float(np.mean(r["heldout_team_return"])),
-                         metric: float(np.mean(r["heldout_" + metric])),
-                         "train_time_s": round(r["train_time_s"], 2)})
-    report["wall_time_s"] = clock()
-    report["machine"] = machine_note()
-    save_figure(fig, out_dir / f"{name}.png")
-    write_json(out_dir / f"{name}.json", report)
-    write_csv(out_dir / f"{name}.csv", rows)
-    (out_dir / f"{name}.md").write_text(mode_markdown(report, metric, metric_label, goal))
-    return report
-
-
-def mode_markdown(report: dict, metric: str, metric_label: str, goal: str) -> str:
-    """The study's summary: table of held-out results, the goal and whether it holds."""
-    name = report["study"]
-    lines = [f"# {name}: MERL vs ES-only vs MAPPO-only", "",
-             f"Seeds {report['seeds']}; held-out evaluation on {report['eval_episodes']} "
-             f"episodes (root key {report['heldout_seed']}, the same for every run); "
-             "mean ± 95% t-interval over seeds of the per-seed means. "
-             f"Wall time {report['wall_time_s']:.0f} s.", "",
-             f"![{name}]({name}.png)", "",
-             f"| variant | env steps / run | mode | rounds | team return | {metric_label} |",
-             "|---|---|---|---|---|---|"]
-    for label, v in report["variants"].items():
-        for m in MODES:
-            lines.append(f"| {label} | {v['budget_env_steps']} | {MODE_LABELS[m]} | "
-                         f"{v['rounds'][m]} | "
-                         f"{fmt_ci(v['team_return'][m]['mean'], v['team_return'][m]['ci95'])} | "
-                         f"{fmt_ci(v[metric][m]['mean'], v[metric][m]['ci95'])} |")
-    lines += ["", f"Goal: {goal}", ""]
-    for label, v in report["variants"].items():
-        w = v["merl_beats_with_disjoint_ci"]
-        verdict = "met" if all(w.values()) else "NOT met"
-        lines.append(f"- {label}: {verdict} (MERL above ES-only with disjoint CIs: "
-                     f"{w['es']}; above MAPPO-only with disjoint CIs: {w['mappo']})")
-    lines += ["", "Configs (TrainerConfig fields; `mode`, `seed`, `n_outer` set per run) are "
-              f"in `{name}.json` under `variants.<variant>.config`.", ""]
-    return "\n".join(lines)
 
 
 def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None) -> None:
@@ -348,17 +542,7 @@ def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None)
     run(a.scale, tuple(a.seeds), a.out)
 
 
-def study_config(env: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The TrainerConfig (as a dict) every study shares, for ``env``: the ES settings are
-    what ES-only and MERL use, the MAPPO settings what MAPPO-only and MERL use."""
-    return dict(
-        env=env,
-        env_kwargs=dict(env_kwargs),
-        grad_steps_per_outer=4,
-        episodes=2,
-        es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
-        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
-                   lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
-        actor=dataclasses.asdict(COMPACT_ACTOR),
-        critic=dict(hidden=[64, 64]),
-    )
+def load_config(name: str) -> dict[str, Any]:
+    """A recipe of ``configs/`` (the settings a study shares across its arms)."""
+    path = Path(__file__).resolve().parent.parent / "configs" / f"{name}.json"
+    return json.loads(path.read_text())

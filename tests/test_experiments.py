@@ -1,6 +1,7 @@
-"""Smoke tests of the result studies (experiments/): the statistics against hand
-computations, the equal env-step budget accounting, and one tiny mode comparison that
-writes its JSON / CSV / PNG / markdown."""
+"""The result studies (experiments/): the statistics against hand computations, the
+equal env-step budget accounting of every arm, and one tiny study end to end (seeds in
+one program against a one-seed run, held-out episodes shared with the reference
+policies, every output file)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 from experiments import common
+from feudal_es.config import TrainerConfig
 from feudal_es.stats import t_critical
-from feudal_es.trainer import TrainerConfig
 
 
 def test_mean_ci_matches_hand_computation():
@@ -21,59 +22,111 @@ def test_mean_ci_matches_hand_computation():
     assert m == pytest.approx(4.0)
     assert hw == pytest.approx(2.776 * math.sqrt(7.5) / math.sqrt(5))
     assert common.mean_ci([3.0])[0] == 3.0 and math.isnan(common.mean_ci([3.0])[1])
-    assert t_critical(4) == 2.776 and t_critical(22) == 2.074 and t_critical(500) == 1.96
+    assert t_critical(4) == 2.776 and t_critical(9) == 2.262 and t_critical(500) == 1.96
     assert t_critical(35) == t_critical(30) == 2.042  # between entries: the smaller df
     assert math.isnan(t_critical(0))
+    s = common.summarize([0.5, 0.7])  # 2 seeds: t(1) = 12.706, sd = 0.1414
+    assert s["n"] == 2 and s["ci95"] == pytest.approx(12.706 * 0.1 * math.sqrt(2) / math.sqrt(2))
 
 
-def test_curve_band_grid_and_overlap():
-    curves = np.array([[0.0, 1.0], [2.0, 3.0]])
-    mean, hw = common.curve_band(curves)
+def test_curve_band_grid_and_disjoint_intervals():
+    mean, hw = common.curve_band(np.array([[0.0, 1.0], [2.0, 3.0]]))
     np.testing.assert_allclose(mean, [1.0, 2.0])
     np.testing.assert_allclose(hw, 12.706 * math.sqrt(2.0) / math.sqrt(2))
     np.testing.assert_allclose(common.on_grid([0, 10], [0.0, 1.0], np.array([0, 5, 10])),
                                [0.0, 0.5, 1.0])
     assert common.overlap((1.0, 0.5), (2.0, 0.5)) and not common.overlap((1.0, 0.4),
                                                                          (2.0, 0.5))
+    assert common.overlap((1.0, math.nan), (5.0, 0.1))  # one seed: never "disjoint"
+    lo, hi = {"mean": 0.2, "ci95": 0.05}, {"mean": 0.4, "ci95": 0.1}
+    assert common.above(hi, lo) and not common.above(lo, hi)
+    assert common.above(lo, hi, higher=False)  # lower is better (Coverage's J)
+    assert not common.above({"mean": 0.4, "ci95": 0.2}, lo)
 
 
-def test_equal_budget_counts_mappo_and_es_steps():
+def test_arms_share_the_base_and_differ_only_in_their_overrides():
+    base = dict(env="feudal_es/Rover-v0", actor=dict(embed_dim=16, options="learned"),
+                mappo=dict(lr=1e-3))
+    fixed = common.arm_config(base, "mappo_fixed", {"actor": {"fixed_option": 2}})
+    assert fixed == dict(env="feudal_es/Rover-v0", mode="mappo", mappo=dict(lr=1e-3),
+                         actor=dict(embed_dim=16, options="fixed", fixed_option=2))
+    assert base["actor"] == dict(embed_dim=16, options="learned")  # not mutated
+    assert common.arm_config(base, "es")["mode"] == "es"
+    assert common.arm_config(base, "merl")["actor"] == base["actor"]
+
+
+def test_equal_budget_counts_mappo_and_es_steps_per_arm():
     base = dict(env="feudal_es/Discovery-v0", grad_steps_per_outer=2, episodes=3,
                 es=dict(pop_size=4), mappo=dict(num_envs=2, num_steps=5, minibatches=1))
     cfg = TrainerConfig.from_dict({**base, "mode": "merl"})
-    assert common.steps_per_round(cfg, 7) == 2 * 10 + 4 * 3 * 7
+    assert common.steps_per_round(cfg, 7) == 2 * 10 + 4 * 3 * 7  # MAPPO + ES episodes
     budget, rounds = common.equal_budget(base, 7, 100)
-    sizes = {"merl": 104, "es": 84, "mappo": 20}
+    sizes = {"merl": 104, "mappo_uniform": 20, "mappo_fixed": 20, "es": 84}
     assert budget == math.lcm(*sizes.values())
-    assert all(rounds[m] * sizes[m] == budget for m in sizes)
+    assert rounds == {a: budget // s for a, s in sizes.items()}
+    assert all(rounds[a] * sizes[a] == budget for a in sizes)
+    assert common.equal_budget(base, 7, 3 * budget + 1)[0] == 4 * budget  # rounded up
 
 
 TINY = dict(
-    env="feudal_es/Dispersion-v0",
-    env_kwargs=dict(num_agents=2, max_steps=6, map_size=4),
+    env="feudal_es/Rover-v0",
+    env_kwargs=dict(num_agents=4, num_pois=2, coupling=2, max_steps=6),
     grad_steps_per_outer=1, episodes=1,
     es=dict(pop_size=2, sigma=0.1, lr=0.05),
     mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1, selector_period=3),
-    actor=dict(cnn_channels=[2], cnn_strides=[2], cnn_out=4, vec_hidden=[8], vec_out=4,
-               gnn_hops=1, gnn_layers=1, gnn_features=8, embed_hidden=[], embed_dim=8,
+    actor=dict(vec_hidden=[], vec_out=8, gnn_layers=0, embed_hidden=[], embed_dim=8,
                executor_hidden=[8]),
     critic=dict(hidden=[8]),
 )
 
 
-def test_compare_modes_writes_outputs(tmp_path):
-    report = common.compare_modes(
-        "tiny", {"v": TINY}, {"v": 6}, budget=1, seeds=(0, 1), eval_episodes=1,
-        metric="reached_frac", metric_label="reached", fitness_label="fitness",
-        out_dir=tmp_path / "out", run_root=tmp_path / "runs", goal="none")
+def test_tiny_study_end_to_end(tmp_path):
+    from envs.policies import random_policy
+    from envs.rover import Rover, team_policy
+
+    def refs(episodes):
+        env = Rover(**TINY["env_kwargs"])
+        return common.reference_returns(env, {"team": team_policy, "random": random_policy},
+                                        episodes, "observed_frac")
+
+    variant = common.Variant("v", TINY, 6, arms=("merl", "mappo_fixed"),
+                             extra={"mappo_fixed": {"actor": {"fixed_option": 1}}},
+                             references=refs)
+    report = common.compare_arms(
+        "tiny", [variant], budget=1, seeds=(0, 1), eval_episodes=4, metric="observed_frac",
+        metric_label="observed", fitness_label="fitness", out_dir=tmp_path / "out",
+        run_root=tmp_path / "runs", goals=lambda r: [common.merl_beats(r, "v")])
     for ext in ("json", "csv", "png", "md"):
         assert (tmp_path / "out" / f"tiny.{ext}").stat().st_size > 0
     data = json.loads((tmp_path / "out" / "tiny.json").read_text())
     v = data["variants"]["v"]
-    assert {r["mode"] for r in v["runs"]} == set(common.MODES)
-    assert all(r["env_steps"] == v["budget_env_steps"] for r in v["runs"])  # equal budget
+    assert {(r["arm"], r["seed"]) for r in v["runs"]} == {
+        (a, s) for a in ("merl", "mappo_fixed") for s in (0, 1)}
+    # equal budget: every run spent the same env steps, counted from its rounds
+    assert all(r["env_steps"] == v["budget_env_steps"] ==
+               r["rounds"] * v["round_env_steps"][r["arm"]] for r in v["runs"])
+    assert v["arm_overrides"]["mappo_fixed"]["actor"] == {"options": "fixed",
+                                                          "fixed_option": 1}
     # the table's mean is the mean over seeds of each seed's held-out mean
-    merl = [np.mean(r["heldout_team_return"]) for r in v["runs"] if r["mode"] == "merl"]
-    assert v["team_return"]["merl"]["mean"] == pytest.approx(np.mean(merl))
-    assert "| v |" in (tmp_path / "out" / "tiny.md").read_text()
-    assert report["variants"]["v"]["rounds"]["merl"] >= 1
+    for arm in ("merl", "mappo_fixed"):
+        per_seed = [np.mean(r["heldout_team_return"]) for r in v["runs"] if r["arm"] == arm]
+        assert v["team_return"][arm]["mean"] == pytest.approx(np.mean(per_seed))
+    assert all(len(r["heldout_team_return"]) == 4 for r in v["runs"])
+    # Rover's team return is its observed fraction at the last step, for arms and references
+    for r in v["runs"]:
+        np.testing.assert_allclose(r["heldout_team_return"], r["heldout_observed_frac"],
+                                   atol=1e-6)
+    team = v["references_per_episode"]["team"]
+    np.testing.assert_allclose(team["team_return"], team["observed_frac"], atol=1e-6)
+    assert report["goals"][0]["met"] in (True, False)
+    assert "| v | " in (tmp_path / "out" / "tiny.md").read_text()
+
+    # the many-seed program's held-out returns equal a one-seed trainer's on the same
+    # held-out key (ESTrainer.rollout_stats) (float tolerance: another program)
+    cfg = common.arm_config(TINY, "mappo_fixed", {"actor": {"fixed_option": 1}})
+    one, _ = common.train_arm(cfg, (1,), v["rounds"]["mappo_fixed"], 6, 4, tmp_path / "one",
+                              "observed_frac")
+    seed1 = next(r for r in v["runs"] if r["arm"] == "mappo_fixed" and r["seed"] == 1)
+    np.testing.assert_allclose(seed1["heldout_team_return"], one[0]["heldout_team_return"],
+                               atol=1e-5)
+    assert seed1["curve"]["env_steps"] == one[0]["curve"]["env_steps"]
