@@ -505,19 +505,11 @@ def machine_note() -> dict[str, Any]:
     """What the numbers ran on (load average shows CPU sharing)."""
     import jax
 
+    from bench.common import cpu_name
+
     return {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(),
             "jax": jax.__version__, "python": platform.python_version(),
-            "cpu": _cpu_model()}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+            "cpu": cpu_name()}
 
 
 @dataclasses.dataclass

@@ -116,6 +116,7 @@ def test_dead_worker_is_replaced_and_its_members_rerun(local_ray, setup):
     assert len(after) == 2 and len(before & after) == 1  # ... and was replaced
 
 
+@pytest.mark.slow  # a whole run twice (~60 s); the evaluator itself: test_ray_returns_equal_serial
 def test_trainer_ray_backend_equals_serial(local_ray, tmp_path):
     serial = ESTrainer(dataclasses.replace(CFG, backend="serial"), tmp_path / "serial").run()
     trainer = ESTrainer(CFG, tmp_path / "ray")
