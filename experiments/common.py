@@ -419,6 +419,9 @@ def plot_curves(ax: Any, runs: list[dict], arms: Sequence[str], title: str, ylab
     for j, (n, d) in enumerate((references or {}).items()):
         ax.axhline(d["team_return"]["mean"], ls="--", lw=1, color=f"C{len(arms) + j}",
                    label=f"{n} (reference)")
+    from matplotlib.ticker import EngFormatter
+
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, 1M: no offset text
     ax.set_xlabel("training env steps (MAPPO samples + ES fitness episodes)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
