@@ -5,7 +5,8 @@ Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each
     python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
 
 Writes ``experiments/results/<study>.{json,csv,png,md}`` (and Rover's GIFs) and
-``experiments/results/timing.json`` (wall time per study, CPU load average, CPU model).
+``experiments/results/timing.json`` (``timing-<studies>.json`` with ``--only``: wall time per
+study, CPU load average, CPU model).
 """
 
 from __future__ import annotations

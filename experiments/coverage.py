@@ -23,6 +23,7 @@ from experiments.common import (
     above,
     compare_arms,
     fmt_ci,
+    heldout_keys,
     reference_returns,
     study_main,
 )
@@ -73,6 +74,31 @@ def references(episodes: int) -> dict[str, dict[str, list[float]]]:
         "random": random_policy}, episodes, "coverage_cost")
 
 
+def bc_start(path: Path, episodes: int) -> dict[str, list[float]]:
+    """The pretrained executor before any fine-tuning, holding "cover", on the held-out
+    episodes (what every arm starts from)."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from agents import FeudalActor, selector_theta
+    from feudal_es.config import TrainerConfig
+    from feudal_es.pretrain import load_pretrained
+    from feudal_es.resolve import resolve_env
+    from feudal_es.rollout import make_population_rollouts
+
+    cfg = TrainerConfig.from_dict(base_config())
+    core = resolve_env(cfg.env, cfg.env_kwargs).core
+    actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=COVER)
+    actor = load_pretrained(path, FeudalActor.from_env(jax.random.key(0), core, actor_cfg))
+    rollouts = jax.jit(make_population_rollouts(core, cfg.mappo.selector_period, True))
+    ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None],
+                                           heldout_keys(episodes)))
+    return {"team_return": np.asarray(ret[0]).tolist(),
+            "coverage_cost": np.asarray(metrics["coverage_cost"][0]).tolist()}
+
+
 def goals(report: dict) -> list[dict]:
     v = report["variants"]["4 robots"]
     merl, lloyd = v["coverage_cost"]["merl"], v["references"]["decentralized Lloyd"]
@@ -92,7 +118,8 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     init = pretrain(run_root / "coverage" / f"bc_lloyd_clairvoyant{SUFFIX}", scale)
     variant = Variant("4 robots", base_config(str(init)), MAX_STEPS, arms=ARMS,
                       extra={"mappo_fixed": {"actor": {"fixed_option": COVER}}},
-                      references=references)
+                      references=lambda e: {**references(e),
+                                            "BC start (holding cover)": bc_start(init, e)})
     return compare_arms("coverage", [variant], int(BUDGET * scale), seeds, eval_episodes,
                         metric="coverage_cost", metric_label="J(T)/J(0) (lower is better)",
                         fitness_label="team fitness 1 - J(T)/J(0)", out_dir=out_dir,
