@@ -511,6 +511,19 @@ def es_full(tmp_path_factory):
     return t
 
 
+@pytest.fixture
+def terminal_signals():
+    """Python's own SIGINT / SIGTERM handlers, as in a terminal. A background shell starts
+    pytest with SIGINT ignored, and the trainer leaves an ignored signal ignored."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@pytest.mark.usefixtures("terminal_signals")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_finishes_the_round_checkpoints_and_resumes_exactly(tmp_path, es_full, sig,
                                                                    caplog):
@@ -531,6 +544,7 @@ def test_signal_finishes_the_round_checkpoints_and_resumes_exactly(tmp_path, es_
     assert_trees_equal((resumed.ts, resumed.es_state), (es_full.ts, es_full.es_state))
 
 
+@pytest.mark.usefixtures("terminal_signals")
 def test_second_sigint_stops_at_once_keeping_completed_rounds(tmp_path, es_full):
     t = ESTrainer(ES_RUN, tmp_path / "run")
     _signal_in_round(t, 1, signal.SIGINT, signal.SIGINT)
