@@ -69,6 +69,7 @@ def _custom_env_commands() -> list[str]:
 
 
 @pytest.mark.skipif(not CONSOLE.exists(), reason="the feudal-es console script is not installed")
+@pytest.mark.slow  # five CLI launches on the host path (~2 min); python blocks stay fast
 def test_custom_env_section_runs_from_the_working_directory(workdir):
     """envs, train, eval, render and a module:attr train, verbatim, no PYTHONPATH."""
     commands = _custom_env_commands()
