@@ -80,6 +80,7 @@ TINY = dict(
 )
 
 
+@pytest.mark.slow  # four compiled programs (~100 s on 2 cores); the math above is fast
 def test_tiny_study_end_to_end(tmp_path):
     from envs.policies import random_policy
     from envs.rover import Rover, team_policy

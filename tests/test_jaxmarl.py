@@ -126,6 +126,7 @@ def test_bundled_env_as_a_jaxmarl_env():
     assert env.action_space("agent_0").shape == (2,)
 
 
+@pytest.mark.slow  # a MERL round on MPE (~40 s); the adapter tests above stay fast
 def test_one_merl_round_through_the_trainer(tmp_path, capsys):
     from feudal_es import cli
     from feudal_es.config import TrainerConfig
