@@ -39,8 +39,8 @@ import numpy as np
 from feudal_es.stats import mean_ci, t_critical
 
 __all__ = ["ABLATION_ARMS", "ARMS", "ARM_LABELS", "HELDOUT_SEED", "RESULTS", "SEEDS", "arm_config",
-           "compare_arms", "curve_band", "equal_budget", "mean_ci", "steps_per_round",
-           "t_critical", "train_arm"]
+           "combine_files", "compare_arms", "curve_band", "equal_budget", "mean_ci",
+           "merge_reports", "steps_per_round", "t_critical", "train_arm", "write_report"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEEDS = tuple(range(10))  # every study's default seeds
@@ -313,11 +313,58 @@ def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Seq
     report["goals"] = goals(report)
     report["wall_time_s"] = round(clock(), 1)
     report["machine"] = machine_note()
+    return write_report(report, out_dir, fitness_label, metric_label)
+
+
+def write_report(report: dict, out_dir: Path, fitness_label: str,
+                 metric_label: str) -> dict[str, Any]:
+    """``<study>.{png,json,csv,md}`` of a finished report under ``out_dir``."""
+    name = report["study"]
     plot_study(report, out_dir / f"{name}.png", fitness_label, metric_label)
     write_json(out_dir / f"{name}.json", report)
     write_csv(out_dir / f"{name}.csv", csv_rows(report))
     (out_dir / f"{name}.md").write_text(markdown(report, metric_label))
     return report
+
+
+def merge_reports(reports: Sequence[dict], goals: Callable[[dict], list[dict]]
+                  ) -> dict[str, Any]:
+    """One study's report from runs of disjoint variant sets (e.g. Rover's couplings run
+    as separate jobs): the variants in order, goals recomputed, each part's wall time and
+    machine kept under ``parts`` (``wall_time_s`` is their sum)."""
+    first = reports[0]
+    shared = ("study", "seeds", "eval_episodes", "heldout_seed", "metric",
+              "metric_higher_is_better")
+    for r in reports[1:]:
+        diff = [k for k in shared if r[k] != first[k]]
+        if diff:
+            raise ValueError(f"merge_reports: the reports differ in {diff}")
+    labels = [lab for r in reports for lab in r["variants"]]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"merge_reports: a variant is in more than one report: {labels}")
+    out = {k: first[k] for k in shared}
+    out["variants"] = {lab: v for r in reports for lab, v in r["variants"].items()}
+    out["goals"] = goals(out)
+    out["parts"] = [{"variants": list(r["variants"]), "wall_time_s": r["wall_time_s"],
+                     "machine": r["machine"]} for r in reports]
+    out["wall_time_s"] = round(sum(r["wall_time_s"] for r in reports), 1)
+    out["machine"] = first["machine"]
+    return out
+
+
+def combine_files(paths: Sequence[Path], goals: Callable[[dict], list[dict]],
+                  out_dir: Path, fitness_label: str, metric_label: str) -> dict[str, Any]:
+    """:func:`merge_reports` of report files, written under ``out_dir`` with the GIFs they
+    name (copied from beside each file)."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path, r in zip(paths, reports, strict=True):
+        for v in r["variants"].values():
+            for g in v["gifs"].values():
+                src, dst = Path(path).parent / g["path"], out_dir / g["path"]
+                if src.resolve() != dst.resolve():
+                    shutil.copyfile(src, dst)
+    return write_report(merge_reports(reports, goals), out_dir, fitness_label, metric_label)
 
 
 def merl_beats(report: dict, label: str, key: str = "team_return",
@@ -477,7 +524,10 @@ def markdown(report: dict, metric_label: str) -> str:
              f"{report['eval_episodes']} held-out episodes (root key {report['heldout_seed']},"
              " the same for every policy). Arms: mean ± 95% t-interval over seeds of the "
              "per-seed means; references: over episodes. "
-             f"Wall time {report['wall_time_s']:.0f} s.", "",
+             f"Wall time {report['wall_time_s']:.0f} s"
+             + (" (the sum of separate runs: " + "; ".join(
+                 f"{', '.join(part['variants'])} {part['wall_time_s']:.0f} s"
+                 for part in report["parts"]) + ")" if "parts" in report else "") + ".", "",
              f"![{name}]({name}.png)", "",
              f"| variant | env steps / run | policy | rounds | team return | {metric_label} |",
              "|---|---|---|---|---|---|"]

@@ -6,6 +6,9 @@ Goals (issue 18): at coupling 4, MERL's held-out team reward >= 0.55 (the MERL p
 best logs at 2.6-3.9M frames) and above both ablations with disjoint 95% CIs.
 
     python -m experiments.rover [--scale 1.0] [--seeds 0 1 ... 9]
+
+The couplings can also run as separate jobs (``run(couplings=(6,), out_dir=...)``) and
+be joined into one report by :func:`combine`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from experiments.common import (
     RESULTS,
     SEEDS,
     Variant,
+    combine_files,
     compare_arms,
     load_config,
     merl_beats,
@@ -29,6 +33,8 @@ BUDGET = 1_000_000  # env steps per run at --scale 1
 EVAL_EPISODES = 64
 COUPLINGS = (4, 6)
 GOAL_REWARD = 0.55
+LABELS = dict(metric_label="fraction of POIs observed",
+              fitness_label="team reward (fraction of POIs observed)")
 
 
 def base_config(coupling: int) -> dict[str, Any]:
@@ -69,11 +75,16 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
                         references=references(c),
                         gif_arms=("merl", "mappo_uniform") if c == couplings[0] else ())
                 for c in couplings]
-    return compare_arms(
-        "rover", variants, int(BUDGET * scale), seeds, eval_episodes,
-        metric="observed_frac", metric_label="fraction of POIs observed",
-        fitness_label="team reward (fraction of POIs observed)", out_dir=out_dir,
-        run_root=run_root, goals=goals)
+    return compare_arms("rover", variants, int(BUDGET * scale), seeds, eval_episodes,
+                        metric="observed_frac", out_dir=out_dir, run_root=run_root,
+                        goals=goals, **LABELS)
+
+
+
+def combine(paths: list[Path], out_dir: Path = RESULTS) -> dict[str, Any]:
+    """One ``rover`` report from runs of different couplings (``rover.json`` files), with
+    the goals recomputed; writes rover.{json,csv,png,md} under ``out_dir``."""
+    return combine_files(paths, goals, out_dir, **LABELS)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -68,6 +68,36 @@ def test_equal_budget_counts_mappo_and_es_steps_per_arm():
     assert common.equal_budget(base, 7, 3 * budget + 1)[0] == 4 * budget  # rounded up
 
 
+def _report(labels: dict[str, dict[str, list[float]]], wall: float) -> dict:
+    """A study report with per-seed held-out means per arm (no runs)."""
+    return {"study": "rover", "seeds": [0, 1, 2], "eval_episodes": 4, "heldout_seed": 1,
+            "metric": "observed_frac", "metric_higher_is_better": True,
+            "variants": {lab: {"team_return": {a: common.summarize(v)
+                                               for a, v in arms.items()}, "gifs": {}}
+                         for lab, arms in labels.items()},
+            "goals": [], "wall_time_s": wall, "machine": {"cpu": f"cpu{wall}"}}
+
+
+def test_reports_of_separate_jobs_merge_with_goals_recomputed():
+    c4 = _report({"coupling 4": {"merl": [0.6, 0.62, 0.61], "es": [0.1, 0.12, 0.11]}}, 10.0)
+    c6 = _report({"coupling 6": {"merl": [0.1, 0.3, 0.2], "es": [0.2, 0.25, 0.22]}}, 5.5)
+    from experiments.rover import goals
+
+    merged = common.merge_reports([c4, c6], goals)
+    assert list(merged["variants"]) == ["coupling 4", "coupling 6"]
+    assert merged["variants"]["coupling 6"] is c6["variants"]["coupling 6"]
+    assert merged["wall_time_s"] == 15.5
+    assert [p["wall_time_s"] for p in merged["parts"]] == [10.0, 5.5]
+    assert [p["machine"]["cpu"] for p in merged["parts"]] == ["cpu10.0", "cpu5.5"]
+    # coupling 4: 0.61 >= 0.55 and disjoint from ES's 0.11; coupling 6: overlapping
+    assert [g["met"] for g in merged["goals"]] == [True, False]
+    assert merged["goals"] == goals({"variants": merged["variants"]})
+    with pytest.raises(ValueError, match="more than one report"):
+        common.merge_reports([c4, c4], goals)
+    with pytest.raises(ValueError, match="differ in \\['seeds'\\]"):
+        common.merge_reports([c4, {**c6, "seeds": [0, 1]}], goals)
+
+
 TINY = dict(
     env="feudal_es/Rover-v0",
     env_kwargs=dict(num_agents=4, num_pois=2, coupling=2, max_steps=6),
