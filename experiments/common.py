@@ -528,20 +528,23 @@ def markdown(report: dict, metric_label: str) -> str:
              + (" (the sum of separate runs: " + "; ".join(
                  f"{', '.join(part['variants'])} {part['wall_time_s']:.0f} s"
                  for part in report["parts"]) + ")" if "parts" in report else "") + ".", "",
-             f"![{name}]({name}.png)", "",
-             f"| variant | env steps / run | policy | rounds | team return | {metric_label} |",
-             "|---|---|---|---|---|---|"]
+             f"![{name}]({name}.png)", ""]
+    both = metric != "team_return"  # a second column for the study's own metric
+    lines += ["| variant | env steps / run | policy | rounds | team return |"
+              + (f" {metric_label} |" if both else ""),
+              "|---|---|---|---|---|" + ("---|" if both else "")]
+
+    def cells(s: dict, m: dict | None) -> str:
+        own = f" {fmt_ci(m['mean'], m['ci95']) if m else '-'} |" if both else ""
+        return f"{fmt_ci(s['mean'], s['ci95'])} |{own}"
+
     for label, v in report["variants"].items():
         for a, s in v["team_return"].items():
-            m = v.get(metric, {}).get(a)
             lines.append(f"| {label} | {v['budget_env_steps']:,} | {ARM_LABELS[a]} | "
-                         f"{v['rounds'][a]} | {fmt_ci(s['mean'], s['ci95'])} | "
-                         f"{fmt_ci(m['mean'], m['ci95']) if m else '-'} |")
+                         f"{v['rounds'][a]} | {cells(s, v.get(metric, {}).get(a))}")
         for n, d in v["references"].items():
-            m = d.get(metric)
             lines.append(f"| {label} | - | {n} (reference) | - | "
-                         f"{fmt_ci(d['team_return']['mean'], d['team_return']['ci95'])} | "
-                         f"{fmt_ci(m['mean'], m['ci95']) if m else '-'} |")
+                         f"{cells(d['team_return'], d.get(metric))}")
         for arm, g in v["gifs"].items():
             lines.append(f"\n{ARM_LABELS[arm]}, best seed ({g['seed']}): "
                          f"![{arm}]({g['path']})")
