@@ -545,8 +545,9 @@ def markdown(report: dict, metric_label: str) -> str:
         for n, d in v["references"].items():
             lines.append(f"| {label} | - | {n} (reference) | - | "
                          f"{cells(d['team_return'], d.get(metric))}")
+    for label, v in report["variants"].items():  # after the table, which they would cut
         for arm, g in v["gifs"].items():
-            lines.append(f"\n{ARM_LABELS[arm]}, best seed ({g['seed']}): "
+            lines.append(f"\n{label} · {ARM_LABELS[arm]}, best seed ({g['seed']}): "
                          f"![{arm}]({g['path']})")
     lines += ["", "Goals:", ""]
     for g in report["goals"]:
