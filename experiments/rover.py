@@ -80,7 +80,6 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
                         goals=goals, **LABELS)
 
 
-
 def combine(paths: list[Path], out_dir: Path = RESULTS) -> dict[str, Any]:
     """One ``rover`` report from runs of different couplings (``rover.json`` files), with
     the goals recomputed; writes rover.{json,csv,png,md} under ``out_dir``."""

@@ -73,7 +73,10 @@ def _report(labels: dict[str, dict[str, list[float]]], wall: float) -> dict:
     return {"study": "rover", "seeds": [0, 1, 2], "eval_episodes": 4, "heldout_seed": 1,
             "metric": "observed_frac", "metric_higher_is_better": True,
             "variants": {lab: {"team_return": {a: common.summarize(v)
-                                               for a, v in arms.items()}, "gifs": {}}
+                                               for a, v in arms.items()},
+                               "budget_env_steps": 100, "rounds": dict.fromkeys(arms, 5),
+                               "references": {},
+                               "gifs": {"merl": {"path": f"{lab}.gif", "seed": 0}}}
                          for lab, arms in labels.items()},
             "goals": [], "wall_time_s": wall, "machine": {"cpu": f"cpu{wall}"}}
 
@@ -92,6 +95,12 @@ def test_reports_of_separate_jobs_merge_with_goals_recomputed():
     # coupling 4: 0.61 >= 0.55 and disjoint from ES's 0.11; coupling 6: overlapping
     assert [g["met"] for g in merged["goals"]] == [True, False]
     assert merged["goals"] == goals({"variants": merged["variants"]})
+    # the summary: one unbroken table (GIFs after it), the jobs' wall times named
+    md = common.markdown(merged, "fraction observed").splitlines()
+    rows = [i for i, line in enumerate(md) if line.startswith("| coupling")]
+    assert len(rows) == 4 and rows == list(range(rows[0], rows[0] + 4))
+    assert all(i > rows[-1] for i, line in enumerate(md) if ".gif)" in line)
+    assert "(the sum of separate runs: coupling 4 10 s; coupling 6 6 s)" in md[2]
     with pytest.raises(ValueError, match="more than one report"):
         common.merge_reports([c4, c4], goals)
     with pytest.raises(ValueError, match="differ in \\['seeds'\\]"):
