@@ -244,13 +244,15 @@ class MultiSeedTrainer:
         cfg, fns, trainers = self.config, self.fns, self.trainers
         t0 = time.perf_counter()
         ts, es_state, info = self.ts, self.es_state, None
-        if cfg.trains_executor:
+        if cfg.trains_executor:  # dispatch every step, then fetch the metrics once
+            pending = []
             for _ in range(cfg.grad_steps_per_outer):
-                t_step = time.perf_counter()
                 after, metrics = fns.train_step(ts)
                 ts, skipped = fns.keep_finite(ts, after, metrics)
-                metrics, skipped = jax.device_get((metrics, skipped))
-                sps = cfg.mappo.batch_size / (time.perf_counter() - t_step)
+                pending.append((metrics, skipped))
+            pending = jax.device_get(pending)
+            sps = len(pending) * cfg.mappo.batch_size / (time.perf_counter() - t0)
+            for metrics, skipped in pending:
                 for i, t in enumerate(trainers):
                     t.record_mappo({**{k: float(v[i]) for k, v in metrics.items()},
                                     "skipped_updates": float(skipped[i]), "sps": sps})

@@ -74,6 +74,8 @@ class ESTrainer:
         self.history: list[dict] = []
         self.best_fitness = -math.inf
         self.round_metrics: list[dict] = []
+        self._pending: list[tuple[dict, jax.Array]] = []  # train steps not yet fetched
+        self._t_grad = 0.0
         self._rundir: RunDir | None = None
         self._fresh = True  # built from a config, not restored from a checkpoint
         self._wall_offset, self._t_start, self._t_round = 0.0, 0.0, 0.0
@@ -128,6 +130,7 @@ class ESTrainer:
     def sync_in(self, ts: mappo.TrainState, theta: jax.Array) -> jax.Array:
         """The gradient learner's ES leaves, read out of ``ts.actor`` (MERL injection)."""
         del theta
+        self.flush_mappo()  # the round's gradient steps are done
         return self.theta_of(ts.actor)
 
     def sync_out(self, ts: mappo.TrainState, theta: jax.Array) -> mappo.TrainState:
@@ -137,18 +140,28 @@ class ESTrainer:
     # --- gradient side ---------------------------------------------------------------
     def gradient_step(self, ts: mappo.TrainState) -> mappo.TrainState:
         """One MAPPO train step (identity in ``es`` mode). A non-finite update is skipped:
-        the learner keeps its last finite state, the rollout moves on. Metrics are kept
-        in ``round_metrics`` for the round's row."""
+        the learner keeps its last finite state, the rollout moves on. The step's metrics
+        stay on device until :meth:`flush_mappo` (no host sync per step, so the next step
+        is dispatched while this one runs)."""
         if not self.config.trains_executor:
             return ts
-        t0 = time.perf_counter()
+        if not self._pending:
+            self._t_grad = time.perf_counter()
         after, metrics = self.runtime.train_step(ts)
         ts, skipped = _keep_finite(ts, after, metrics)
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        metrics["skipped_updates"] = float(skipped)
-        metrics["sps"] = self.config.mappo.batch_size / (time.perf_counter() - t0)
-        self.record_mappo(metrics)
+        self._pending.append((metrics, skipped))
         return ts
+
+    def flush_mappo(self) -> None:
+        """Fetch the pending train steps' metrics in one transfer and record them; ``sps``
+        is the steps' env steps per wall second since the first of them was dispatched."""
+        if not self._pending:
+            return
+        pending, self._pending = jax.device_get(self._pending), []
+        sps = len(pending) * self.config.mappo.batch_size / (time.perf_counter() - self._t_grad)
+        for metrics, skipped in pending:
+            self.record_mappo({**{k: float(v) for k, v in metrics.items()},
+                               "skipped_updates": float(skipped), "sps": sps})
 
     def record_mappo(self, metrics: dict[str, float]) -> None:
         """Keep one train step's (host) metrics for the round's row; warn about a skipped
@@ -215,6 +228,7 @@ class ESTrainer:
             for _ in range(start, end):
                 for _ in range(cfg.grad_steps_per_outer):
                     ts = self.gradient_step(ts)
+                self.flush_mappo()
                 self._on_round(ts, self.es_state, None)
             return
         es.merl_coexist(
@@ -245,6 +259,7 @@ class ESTrainer:
         self.rundir.ensure(cfg.to_dict())
         self._t_start = self._t_round = time.perf_counter()
         self._end, self._user_on_round = end, on_round
+        self.round_metrics, self._pending = [], []  # an interrupted round's steps are gone
 
     def finish_round(self, ts: mappo.TrainState, es_state: es.ESState, info: dict | None,
                      evaluation: tuple[np.ndarray, dict] | None = None,
@@ -322,6 +337,7 @@ class ESTrainer:
         names = {"fitness_best": "best_fitness", "fitness_mean": "mean_fitness",
                  "sigma": "sigma", "num_invalid": "num_invalid"}  # row column: ES info key
         row.update({col: None if info is None else info[k] for col, k in names.items()})
+        self.flush_mappo()
         for k in self.round_metrics[0] if self.round_metrics else ():
             vals = [m[k] for m in self.round_metrics]
             row[f"mappo/{k}"] = (vals[-1] if k == "env_steps" else sum(vals)

@@ -457,6 +457,8 @@ def test_nan_critic_update_is_detected_without_a_simulated_loss(tmp_path):
     t = ESTrainer(TINY, tmp_path / "run")
     ts = t.ts._replace(critic=_poison(t.ts.critic))
     out = t.gradient_step(ts)
+    assert t.round_metrics == []  # on device until the round's gradient steps are done
+    t.flush_mappo()
     metrics = t.round_metrics[-1]
     assert metrics["skipped_updates"] == 1.0 and math.isnan(metrics["value_loss"])
     assert_trees_equal(mappo.learned(out), mappo.learned(ts))
