@@ -111,17 +111,18 @@ def summarize(per_seed: Sequence[float]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 # arms and budgets
 # ---------------------------------------------------------------------------------------
-def _merge(base: dict, over: dict) -> dict:
+def merge(base: dict, over: dict) -> dict:
+    """A copy of ``base`` with ``over`` written in, nested dicts merged key by key."""
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = _merge(out.get(k, {}), v) if isinstance(v, dict) else v
+        out[k] = merge(out.get(k, {}), v) if isinstance(v, dict) else v
     return out
 
 
 def arm_config(base: dict, arm: str, extra: dict | None = None) -> dict:
     """The TrainerConfig dict of ``arm``: ``base`` with :data:`ARMS`'s overrides (and the
     study's ``extra`` ones for this arm, e.g. which option the fixed arm holds)."""
-    return _merge(_merge(base, ARMS[arm]), extra or {})
+    return merge(merge(base, ARMS[arm]), extra or {})
 
 
 def steps_per_round(config: Any, max_steps: int) -> int:
@@ -157,20 +158,22 @@ def equal_budget(base: dict, max_steps: int, budget: int, arms: Sequence[str] = 
 # ---------------------------------------------------------------------------------------
 # training and held-out evaluation
 # ---------------------------------------------------------------------------------------
-def heldout_keys(episodes: int) -> Any:
-    """The held-out episodes' keys (the same for every arm, seed and reference)."""
+def heldout_keys(episodes: int, root: int = HELDOUT_SEED) -> Any:
+    """The held-out episodes' keys (the same for every arm, seed and reference); another
+    ``root`` gives another set (the sweeps' validation episodes)."""
     import jax
 
-    return jax.random.split(jax.random.key(HELDOUT_SEED), episodes)
+    return jax.random.split(jax.random.key(root), episodes)
 
 
 def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
               eval_episodes: int, run_dir: Path, metric: str | None = None,
-              arm: str = "") -> tuple[list[dict], Any]:
+              arm: str = "", eval_root: int = HELDOUT_SEED) -> tuple[list[dict], Any]:
     """Train every seed of ``config`` for ``rounds`` rounds (two or more seeds: one
     program, :class:`feudal_es.seeds.MultiSeedTrainer`), then play the final policies on
-    the held-out episodes. Returns one result per seed (curve, held-out team returns and
-    final ``metric`` per episode, times) and the trainers (one per seed, for GIFs)."""
+    the held-out episodes (of key ``eval_root``). Returns one result per seed (curve,
+    held-out team returns and final ``metric`` per episode, times) and the trainers (one
+    per seed, for GIFs)."""
     import jax
     import jax.numpy as jnp
 
@@ -191,7 +194,7 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
         trainers = group.trainers
         train_time = time.perf_counter() - t0
         fns, n = group.fns, len(seeds)
-        keys = fns.place(jnp.stack([heldout_keys(eval_episodes)] * n))
+        keys = fns.place(jnp.stack([heldout_keys(eval_episodes, eval_root)] * n))
         ret, metrics = jax.device_get(fns.returns(group.ts.actor,
                                                   fns.selector(group.ts.actor)[:, None], keys))
         ret = np.asarray(ret)[:, 0]
@@ -202,7 +205,7 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
         trainers = [trainer]
         train_time = time.perf_counter() - t0
         r1, m1 = trainer.rollout_stats(trainer.theta_of(trainer.ts.actor)[None],
-                                       jax.random.key(HELDOUT_SEED), episodes=eval_episodes)
+                                       jax.random.key(eval_root), episodes=eval_episodes)
         ret, metrics = np.asarray(r1), {k: np.asarray(v) for k, v in m1.items()}
     total = time.perf_counter() - t0
     out = []
@@ -281,7 +284,7 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
             trainers[best].write_gif(path)
             gifs[arm] = {"path": path.name, "seed": int(seeds[best])}
     return {"label": v.label, "config": v.base, "arm_overrides": {
-                a: _merge(ARMS[a], v.extra.get(a, {})) for a in v.arms},
+                a: merge(ARMS[a], v.extra.get(a, {})) for a in v.arms},
             "budget_env_steps": spent, "rounds": rounds,
             "round_env_steps": round_sizes(v.base, v.max_steps, v.arms, v.extra),
             "team_return": {a: summarize([np.mean(r["heldout_team_return"]) for r in runs

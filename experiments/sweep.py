@@ -1,0 +1,137 @@
+"""The sweeps that choose a study's one shared setting, their probes listed.
+
+A probe is the study's config (``configs/<study>.json``) with a few fields changed. Every
+probe trains *every* arm of the study (MERL and its ablations) on the same seeds at the
+same reduced env-step budget, and the probes are ranked by the mean over the arms of the
+team return on validation episodes, so no arm is tuned alone. The sweep's seeds and
+validation episodes are not the study's: its seeds start at 100 and its episodes come
+from :data:`VALIDATION_SEED`, not the held-out key the study reports on.
+
+    python -m experiments.sweep rover            # ~35 min on 2 CPU cores
+
+Writes ``experiments/results/sweep-<study>.{json,md}``: per probe and arm the mean and 95%
+interval over seeds, the ranking, and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments import rover
+from experiments.common import (
+    ABLATION_ARMS,
+    RESULTS,
+    Timer,
+    arm_config,
+    equal_budget,
+    fmt_ci,
+    machine_note,
+    merge,
+    slug,
+    summarize,
+    train_arm,
+    write_json,
+)
+
+VALIDATION_SEED = 654_321  # root of the sweeps' validation episodes (not the held-out key)
+SEEDS = (100, 101, 102, 103)  # four seeds: two per device on a 2-core CPU
+BUDGET = 250_000  # env steps per run, every arm
+EVAL_EPISODES = 32
+
+
+class Study:
+    """What a sweep needs of a study: its base config, horizon, arms and probes."""
+
+    def __init__(self, base: Callable[[], dict], max_steps: int,
+                 probes: Sequence[tuple[str, dict]], extra: dict[str, dict] | None = None,
+                 arms: tuple[str, ...] = ABLATION_ARMS):
+        self.base, self.max_steps, self.probes = base, max_steps, list(probes)
+        self.extra, self.arms = extra or {}, arms
+
+
+STUDIES: dict[str, Study] = {
+    "rover": Study(
+        lambda: rover.base_config(4), rover.MAX_STEPS,
+        probes=[
+            ("configs/rover.json", {}),
+            ("MAPPO lr 1e-3", {"mappo": {"lr": 1e-3, "critic_lr": 1e-3}}),
+            ("ES sigma 0.05", {"es": {"sigma": 0.05}}),
+            ("selector period 25", {"mappo": {"selector_period": 25}}),
+        ],
+        extra={"mappo_fixed": {"actor": {"fixed_option": 0}}}),
+}
+
+
+def run(study: str, seeds: Sequence[int] = SEEDS, budget: int = BUDGET,
+        eval_episodes: int = EVAL_EPISODES, out_dir: Path = RESULTS,
+        run_root: Path = Path("runs/sweeps"), probes: Sequence[str] | None = None
+        ) -> dict[str, Any]:
+    """Run ``study``'s probes (all, or those named in ``probes``); write the report."""
+    spec, clock = STUDIES[study], Timer()
+    chosen = [p for p in spec.probes if probes is None or p[0] in probes]
+    if not chosen:
+        raise ValueError(f"no probe of {study!r} is named {list(probes or [])}; its probes: "
+                         f"{[name for name, _ in spec.probes]}")
+    results = []
+    for name, over in chosen:
+        base = merge(spec.base(), over)
+        spent, rounds = equal_budget(base, spec.max_steps, budget, spec.arms, spec.extra)
+        arms = {}
+        for arm in spec.arms:
+            t = Timer()
+            rows, _ = train_arm(arm_config(base, arm, spec.extra.get(arm)), seeds,
+                                rounds[arm], spec.max_steps, eval_episodes,
+                                run_root / study / slug(name) / arm, arm=arm,
+                                eval_root=VALIDATION_SEED)
+            arms[arm] = {**summarize([np.mean(r["heldout_team_return"]) for r in rows]),
+                         "seconds": round(t(), 1)}
+            print(f"[sweep {study}] {name} · {arm}: {arms[arm]['mean']:.3f} "
+                  f"± {arms[arm]['ci95']:.3f} ({arms[arm]['seconds']:.0f} s)", flush=True)
+        results.append({"probe": name, "overrides": over, "env_steps": spent,
+                        "arms": arms, "score": float(np.mean([a["mean"]
+                                                              for a in arms.values()]))})
+    ranked = sorted(results, key=lambda r: -r["score"])
+    report = {"study": study, "seeds": list(seeds), "env_steps_per_run": budget,
+              "eval_episodes": eval_episodes, "validation_seed": VALIDATION_SEED,
+              "score": "mean over arms of the validation team return (higher is better)",
+              "probes": results, "best": ranked[0]["probe"],
+              "wall_time_s": round(clock(), 1), "machine": machine_note()}
+    write_json(out_dir / f"sweep-{study}.json", report)
+    (out_dir / f"sweep-{study}.md").write_text(markdown(report))
+    return report
+
+
+def markdown(report: dict) -> str:
+    """The sweep as a table: one row per probe, one column per arm, then the score."""
+    arms = list(report["probes"][0]["arms"])
+    head = ["probe", *arms, "score (mean over arms)"]
+    lines = [f"Sweep of `{report['study']}`: seeds {report['seeds']}, "
+             f"{report['probes'][0]['env_steps']:,} env steps per run, "
+             f"{report['eval_episodes']} validation episodes; mean ± 95% interval over "
+             f"seeds. Best: **{report['best']}**. Wall time "
+             f"{report['wall_time_s'] / 60:.1f} min.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in report["probes"]:
+        cells = [fmt_ci(p["arms"][a]["mean"], p["arms"][a]["ci95"]) for a in arms]
+        lines.append(f"| {p['probe']} | " + " | ".join(cells) + f" | {p['score']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("study", choices=list(STUDIES))
+    p.add_argument("--probes", nargs="+", help="run only these probes (by name)")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--budget", type=int, default=BUDGET, help="env steps per run")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    run(a.study, tuple(a.seeds), a.budget, out_dir=a.out, probes=a.probes)
+
+
+if __name__ == "__main__":
+    main()
