@@ -133,9 +133,10 @@ def update_modes(repeats: int) -> list[dict]:
     from feudal_es.config import COMPACT_ACTOR, VEC_ACTOR
 
     rows = []
-    for kind, env, actor in (("CNN (maps)", Discovery(num_agents=8, map_size=8), COMPACT_ACTOR),
-                             ("MLP (vec)", Discovery(num_agents=8, obs_mode="vec"),
-                              VEC_ACTOR)):
+    for kind, env, actor in (
+            ("compact CNN (8x8 maps)", Discovery(num_agents=8, map_size=8), COMPACT_ACTOR),
+            ("default CNN (16x16 maps)", Discovery(num_agents=8), ActorConfig()),
+            ("MLP (vec)", Discovery(num_agents=8, obs_mode="vec"), VEC_ACTOR)):
         key = jax.random.key(0)
         cfg = mappo.MAPPOConfig(num_envs=16, num_steps=50, epochs=4, minibatches=4)
         ts = mappo.init_train_state(key, env, FeudalActor.from_env(key, env, actor),
@@ -152,8 +153,9 @@ def update_modes(repeats: int) -> list[dict]:
                      "fused_over_split": best["split"] / best["fused"],
                      "compile_fused_s": compile_s["fused"],
                      "compile_split_s": compile_s["split"],
-                     "auto": "fused" if mappo.uses_fused_update(cfg, env.observation_space)
-                     else "split"})
+                     "conv_macs": mappo.conv_macs(env.observation_space, actor),
+                     "auto": "fused" if mappo.uses_fused_update(cfg, env.observation_space,
+                                                                actor) else "split"})
     return rows
 
 

@@ -368,11 +368,12 @@ def _fused_update(cfg: MAPPOConfig) -> Callable:
     return eqx.filter_jit(lambda ts, batch: update_fused(ts, batch, cfg))
 
 
-def host_update(cfg: MAPPOConfig, obs_space: gym.Space) -> Callable:
+def host_update(cfg: MAPPOConfig, obs_space: gym.Space, actor: Any = None) -> Callable:
     """The MAPPO update of the host path, as the JAX path chooses it
-    (:func:`feudal_es.mappo.uses_fused_update`): one jitted :func:`~feudal_es.mappo.
-    update_fused`, or the split update's jitted pieces (shared by every trainer)."""
-    if uses_fused_update(cfg, obs_space):
+    (:func:`feudal_es.mappo.uses_fused_update`, ``actor`` the ``ActorConfig``): one jitted
+    :func:`~feudal_es.mappo.update_fused`, or the split update's jitted pieces (shared by
+    every trainer)."""
+    if uses_fused_update(cfg, obs_space, actor):
         return _fused_update(cfg)
     return lambda ts, batch: update(ts, batch, cfg)
 

@@ -129,7 +129,9 @@ def jax_functions(config: Any, core: SwarmEnv) -> JaxFunctions:
     key = json.dumps({**{k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
                                            "deterministic_eval")},
                       "devices": [d.id for d in devices], "chunk": chunk,
-                      "params": config.es_params}, sort_keys=True)
+                      "params": config.es_params,
+                      "fused": mappo.uses_fused_update(config.mappo, core.observation_space,
+                                                       config.actor)}, sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
     mcfg, es_cfg, eps = config.mappo, config.es, config.episodes
@@ -166,7 +168,8 @@ def jax_functions(config: Any, core: SwarmEnv) -> JaxFunctions:
 
     gif = eqx.filter_jit(lambda actor, k: episode(core, actor, k, period, True,
                                                   keep_states=True))
-    fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state), mappo.make_train_step(core, mcfg),
+    fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
+                       mappo.make_train_step(core, mcfg, config.actor),
                        eqx.filter_jit(rollouts), generation, fitness, gif)
     _CACHE[key] = fns
     return fns

@@ -115,7 +115,8 @@ class HostRuntime:
         self.skill_names = self.spec.skill_names
         self._probe = probe  # the collector's first copy, built lazily with the state
         self.collector: host.HostCollector | None = None
-        self.update = host.host_update(config.mappo, self.spec.observation_space)
+        self.update = host.host_update(config.mappo, self.spec.observation_space,
+                                       config.actor)
         make_evaluator = functools.partial(
             host.HostEvaluator, env.make, self.spec, config.episodes,
             config.mappo.selector_period, config.deterministic_eval,

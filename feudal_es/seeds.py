@@ -75,7 +75,9 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
     key = json.dumps({**{k: c[k] for k in ("env", "env_kwargs", "mappo", "es", "episodes",
                                            "deterministic_eval")},
                       "seeds": num_seeds, "chunk": population_chunk(config),
-                      "params": config.es_params}, sort_keys=True)
+                      "params": config.es_params,
+                      "fused": mappo.uses_fused_update(config.mappo, core.observation_space,
+                                                       config.actor)}, sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
     mcfg, es_cfg, eps = config.mappo, config.es, config.episodes
@@ -89,7 +91,7 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
 
         return es.generation(key, state, fitness, es_cfg)
 
-    fused = mappo.uses_fused_update(mcfg, core.observation_space)
+    fused = mappo.uses_fused_update(mcfg, core.observation_space, config.actor)
     devices = _seed_devices(num_seeds) if fused else 1  # the split update: one device
     mesh = (sharding.population_mesh(jax.devices()[:devices], axis=sharding.SEED_AXIS)
             if devices > 1 else None)
@@ -99,7 +101,7 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
         return eqx.filter_jit(fn if mesh is None else sharding.shard_batched(fn, mesh))
 
     train_step = (batched(lambda ts: mappo.fused_train_step(core, ts, mcfg)) if fused
-                  else eqx.filter_vmap(mappo.make_train_step(core, mcfg)))
+                  else eqx.filter_vmap(mappo.make_train_step(core, mcfg, config.actor)))
     if mesh is None:
         place = lambda tree: tree
     else:

@@ -238,8 +238,25 @@ def test_fused_update_equals_split_update():
                                    err_msg=k)
 
 
-def test_update_mode_follows_the_observations():
-    """"auto": split for an actor reading maps (a CNN), fused for vectors only."""
+def test_update_mode_follows_the_observations_and_the_cnn_size():
+    """"auto": fused for vectors and a small CNN, split for a large CNN (or an unknown
+    one); the CNN's multiply-adds against a hand count."""
+    import gymnasium as gym
+
+    from agents import ActorConfig
+    from feudal_es.config import COMPACT_ACTOR
+
+    maps = gym.spaces.Dict({"maps": gym.spaces.Box(0, 1, (3, 16, 16)),
+                            "vec": gym.spaces.Box(-1, 1, (5,))})
+    # default CNN, kernel 3, "same" padding: 16x16x32 from 3 channels, 8x8x32 and 4x4x32
+    # from 32 (strides 1, 2, 2); the compact one: 8x8x8 from 3 (stride 2)
+    big = 16 * 16 * 32 * 3 * 9 + 8 * 8 * 32 * 32 * 9 + 4 * 4 * 32 * 32 * 9
+    assert mappo.conv_macs(maps, ActorConfig()) == big == 958_464
+    assert mappo.conv_macs(maps, COMPACT_ACTOR) == 8 * 8 * 8 * 3 * 9
+    assert mappo.conv_macs(gym.spaces.Box(0, 1, (16, 16)), COMPACT_ACTOR) == 8 * 8 * 8 * 9
+    assert not mappo.uses_fused_update(CFG, maps, ActorConfig())
+    assert mappo.uses_fused_update(CFG, maps, COMPACT_ACTOR)
+    assert not mappo.uses_fused_update(CFG, maps)  # the CNN unknown: split
     assert not mappo.uses_fused_update(CFG, Dispersion(num_agents=3).observation_space)
     assert mappo.uses_fused_update(CFG, Dispersion(num_agents=3, obs_mode="vec")
                                    .observation_space)
