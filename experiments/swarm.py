@@ -3,8 +3,11 @@ MLP actor — MERL vs MAPPO-only (uniform-random options; a fixed option) vs ES-
 actor) at an equal env-step budget. No numeric goal: the verdict reported is whether MERL
 is above every ablation with disjoint 95% CIs.
 
-The training settings are ``configs/rover.json``'s (swept on Rover, reused unchanged:
-no per-env tuning), with the env swapped.
+The training settings are ``configs/rover.json``'s (no per-env tuning), with the env
+swapped and the MAPPO rollout set to the 40-step episode: every arm's round is then a
+divisor of 256k (MERL 10,240, MAPPO-only and ES-only 5,120 env steps), so the budget is
+256k exactly instead of rounding up to the next common multiple (460,800 with Rover's
+50-step rollout).
 
     python -m experiments.swarm [--scale 1.0] [--seeds 0 1 ... 9]
 """
@@ -30,10 +33,12 @@ EVAL_EPISODES = 64
 
 
 def base_config(env: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``configs/rover.json``'s training settings on ``env`` (vector observations)."""
+    """``configs/rover.json``'s training settings on ``env`` (vector observations), the
+    MAPPO rollout one episode long."""
     cfg = load_config("rover")
     cfg["env"] = env
     cfg["env_kwargs"] = {**env_kwargs, "max_steps": MAX_STEPS, "obs_mode": "vec"}
+    cfg["mappo"] = {**cfg["mappo"], "num_steps": MAX_STEPS}
     return cfg
 
 

@@ -68,6 +68,21 @@ def test_equal_budget_counts_mappo_and_es_steps_per_arm():
     assert common.equal_budget(base, 7, 3 * budget + 1)[0] == 4 * budget  # rounded up
 
 
+def test_study_budgets_by_hand():
+    """Rover's 1M rounds up to 79 MERL rounds of 12,800 steps (MAPPO 4 x 32 x 50 + ES 32
+    candidates x 4 episodes x 50); the swarm studies' 40-step rollout makes 256k exact."""
+    from experiments import rover, swarm
+
+    budget, rounds = common.equal_budget(rover.base_config(4), 50, rover.BUDGET)
+    assert budget == 79 * (4 * 32 * 50 + 32 * 4 * 50) == 1_011_200
+    assert rounds == {"merl": 79, "mappo_uniform": 158, "mappo_fixed": 158, "es": 158}
+    for base in (swarm.base_config("feudal_es/Discovery-v0", {"coupling": 2}),
+                 swarm.base_config("feudal_es/Dispersion-v0", {})):
+        budget, rounds = common.equal_budget(base, swarm.MAX_STEPS, swarm.BUDGET)
+        assert budget == 256_000 == 25 * (4 * 32 * 40 + 32 * 4 * 40)
+        assert rounds == {"merl": 25, "mappo_uniform": 50, "mappo_fixed": 50, "es": 50}
+
+
 def _report(labels: dict[str, dict[str, list[float]]], wall: float) -> dict:
     """A study report with per-seed held-out means per arm (no runs)."""
     return {"study": "rover", "seeds": [0, 1, 2], "eval_episodes": 4, "heldout_seed": 1,
