@@ -57,10 +57,14 @@ class Study:
 STUDIES: dict[str, Study] = {
     "rover": Study(
         lambda: rover.base_config(4), rover.MAX_STEPS,
+        # each probe names every field it sets, so the sweep repeats whatever
+        # configs/rover.json now holds (it holds the winner: selector period 25)
         probes=[
-            ("configs/rover.json", {}),
-            ("MAPPO lr 1e-3", {"mappo": {"lr": 1e-3, "critic_lr": 1e-3}}),
-            ("ES sigma 0.05", {"es": {"sigma": 0.05}}),
+            ("selector period 10", {"mappo": {"selector_period": 10}}),
+            ("selector period 10, MAPPO lr 1e-3", {"mappo": {
+                "selector_period": 10, "lr": 1e-3, "critic_lr": 1e-3}}),
+            ("selector period 10, ES sigma 0.05", {"mappo": {"selector_period": 10},
+                                                   "es": {"sigma": 0.05}}),
             ("selector period 25", {"mappo": {"selector_period": 25}}),
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": 0}}}),
@@ -113,7 +117,8 @@ def markdown(report: dict) -> str:
     lines = [f"Sweep of `{report['study']}`: seeds {report['seeds']}, "
              f"{report['probes'][0]['env_steps']:,} env steps per run, "
              f"{report['eval_episodes']} validation episodes; mean ± 95% interval over "
-             f"seeds. Best: **{report['best']}**. Wall time "
+             f"seeds. A probe is the study's `configs/` file with the fields it names "
+             f"set. Best: **{report['best']}**. Wall time "
              f"{report['wall_time_s'] / 60:.1f} min.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in report["probes"]:

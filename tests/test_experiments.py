@@ -201,41 +201,40 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     and the sweep's seeds, and the score is the hand-computed mean over arms."""
     from experiments import sweep
 
-    calls, value = [], {"configs/rover.json": 0.2, "MAPPO lr 1e-3": 0.4}
+    a, b = names = ["selector period 10", "selector period 10, MAPPO lr 1e-3"]
+    calls, value = [], {a: 0.2, b: 0.4}
 
     def fake_train_arm(config, seeds, rounds, max_steps, eval_episodes, run_dir, metric=None,
                        arm="", eval_root=common.HELDOUT_SEED):
         calls.append(dict(config=config, seeds=tuple(seeds), rounds=rounds, arm=arm,
                           eval_root=eval_root, probe=run_dir.parent.name))
         cfg = TrainerConfig.from_dict(config)
-        base = value["MAPPO lr 1e-3" if cfg.mappo.lr == 1e-3 else "configs/rover.json"]
+        base = value[b if cfg.mappo.lr == 1e-3 else a]
         bump = {"merl": 0.1, "mappo_uniform": 0.0, "mappo_fixed": -0.1, "es": 0.2}[arm]
         return [{"heldout_team_return": [base + bump + 0.01 * i]} for i in range(len(seeds))
                 ], None
 
     monkeypatch.setattr(sweep, "train_arm", fake_train_arm)
-    names = ["configs/rover.json", "MAPPO lr 1e-3"]
     report = sweep.run("rover", seeds=(100, 101), budget=50_000, eval_episodes=4,
                        out_dir=tmp_path, run_root=tmp_path / "runs", probes=names)
     base = sweep.STUDIES["rover"].base()
     assert [p["probe"] for p in report["probes"]] == names and len(calls) == 8
     for c in calls:
         assert c["seeds"] == (100, 101) and c["eval_root"] == sweep.VALIDATION_SEED
-        over = dict(sweep.STUDIES["rover"].probes)["MAPPO lr 1e-3" if c["probe"] ==
-                                                    common.slug("MAPPO lr 1e-3") else
-                                                    "configs/rover.json"]
+        over = dict(sweep.STUDIES["rover"].probes)[b if c["probe"] == common.slug(b)
+                                                    else a]
         want = common.arm_config(common.merge(base, over), c["arm"],
                                  sweep.STUDIES["rover"].extra.get(c["arm"]))
         assert c["config"] == want
         size = common.steps_per_round(TrainerConfig.from_dict(c["config"]), 50)
         assert c["rounds"] * size == report["probes"][0]["env_steps"] >= 50_000
     for p in report["probes"]:  # mean over arms of (mean over seeds): by hand
-        b = value[p["probe"]]
-        assert p["score"] == pytest.approx(np.mean([b + 0.105, b + 0.005, b - 0.095,
-                                                    b + 0.205]))
-    assert report["best"] == "MAPPO lr 1e-3"
+        v = value[p["probe"]]
+        assert p["score"] == pytest.approx(np.mean([v + 0.105, v + 0.005, v - 0.095,
+                                                    v + 0.205]))
+    assert report["best"] == b
     md = (tmp_path / "sweep-rover.md").read_text()
-    assert "| MAPPO lr 1e-3 | 0.505 ± 0.064 |" in md
-    assert json.loads((tmp_path / "sweep-rover.json").read_text())["best"] == "MAPPO lr 1e-3"
+    assert f"| {b} | 0.505 ± 0.064 |" in md
+    assert json.loads((tmp_path / "sweep-rover.json").read_text())["best"] == b
     with pytest.raises(ValueError, match="no probe"):
         sweep.run("rover", probes=["nope"], out_dir=tmp_path)
