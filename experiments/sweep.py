@@ -7,7 +7,7 @@ team return on validation episodes, so no arm is tuned alone. The sweep's seeds 
 validation episodes are not the study's: its seeds start at 100 and its episodes come
 from :data:`VALIDATION_SEED`, not the held-out key the study reports on.
 
-    python -m experiments.sweep rover            # ~35 min on 2 CPU cores
+    python -m experiments.sweep rover            # ~20 min on 2 CPU cores
 
 Writes ``experiments/results/sweep-<study>.{json,md}``: per probe and arm the mean and 95%
 interval over seeds, the ranking, and the wall time.
@@ -16,6 +16,7 @@ interval over seeds, the ranking, and the wall time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,14 +45,16 @@ BUDGET = 250_000  # env steps per run, every arm
 EVAL_EPISODES = 32
 
 
+@dataclasses.dataclass(frozen=True)
 class Study:
-    """What a sweep needs of a study: its base config, horizon, arms and probes."""
+    """What a sweep needs of a study: its base config, horizon, probes, arms and the arms'
+    own overrides."""
 
-    def __init__(self, base: Callable[[], dict], max_steps: int,
-                 probes: Sequence[tuple[str, dict]], extra: dict[str, dict] | None = None,
-                 arms: tuple[str, ...] = ABLATION_ARMS):
-        self.base, self.max_steps, self.probes = base, max_steps, list(probes)
-        self.extra, self.arms = extra or {}, arms
+    base: Callable[[], dict]
+    max_steps: int
+    probes: Sequence[tuple[str, dict]]
+    extra: dict[str, dict] = dataclasses.field(default_factory=dict)
+    arms: tuple[str, ...] = ABLATION_ARMS
 
 
 STUDIES: dict[str, Study] = {
