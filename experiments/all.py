@@ -6,7 +6,7 @@ Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each
 
 Writes ``experiments/results/<study>.{json,csv,png,md}`` (and Rover's GIFs) and
 ``experiments/results/timing.json`` (``timing-<studies>.json`` with ``--only``: wall time per
-study, CPU load average, CPU model).
+study, the 1-minute load average sampled every minute, CPU model).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", nargs="+", choices=list(STUDIES), default=list(STUDIES))
     a = p.parse_args(argv)
     clock = common.Timer()
+    load = common.LoadSampler()
     timing = {"scale": a.scale, "seeds": a.seeds,
               "started": datetime.datetime.now(datetime.timezone.utc)
               .isoformat(timespec="seconds"), "loadavg_at_start": os.getloadavg(),
@@ -37,13 +38,17 @@ def main(argv: list[str] | None = None) -> None:
     path = a.out / ("timing.json" if a.only == list(STUDIES) else
                     f"timing-{'-'.join(a.only)}.json")
     for name in a.only:
-        t = common.Timer()
+        t, first = common.Timer(), len(load.samples)
         STUDIES[name](a.scale, tuple(a.seeds), a.out)
+        during = load.samples[first:] or load.samples[-1:]
         timing["studies"][name] = {"wall_time_s": round(t(), 1),
-                                   "loadavg_after": os.getloadavg()}
+                                   "loadavg_after": os.getloadavg(),
+                                   "loadavg_1min_mean": round(sum(during) / len(during), 2)}
         print(f"[all] {name} done in {t():.0f}s (total {clock():.0f}s)", flush=True)
         common.write_json(path, {**timing, "total_wall_time_s": round(clock(), 1),
+                                 "loadavg_1min_every_60s": load.summary(),
                                  "machine": common.machine_note()})
+    load.stop()
     print(f"[all] every study done in {clock():.0f}s; results in {a.out}")
 
 

@@ -582,6 +582,37 @@ class Timer:
         return time.perf_counter() - self.t0
 
 
+class LoadSampler:
+    """The 1-minute load average, sampled every ``period`` seconds on a daemon thread.
+
+    A study's wall time means little without the CPU sharing it ran under; one reading at
+    the start and end misses a concurrent job in between.
+    """
+
+    def __init__(self, period: float = 60.0):
+        import threading
+
+        self.samples: list[float] = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period: float) -> None:
+        while not self._stop.wait(period):
+            self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict[str, Any]:
+        """Mean, min and max of the samples so far (and how many there are)."""
+        s = self.samples
+        return {"samples": len(s), "mean": round(sum(s) / len(s), 2),
+                "min": round(min(s), 2), "max": round(max(s), 2)}
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        return self.summary()
+
+
 def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None) -> None:
     """The command line every study shares: ``--scale``, ``--seeds``, ``--out``."""
     import argparse

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -94,6 +95,19 @@ def _report(labels: dict[str, dict[str, list[float]]], wall: float) -> dict:
                                "gifs": {"merl": {"path": f"{lab}.gif", "seed": 0}}}
                          for lab, arms in labels.items()},
             "goals": [], "wall_time_s": wall, "machine": {"cpu": f"cpu{wall}"}}
+
+
+def test_load_sampler_keeps_every_reading(monkeypatch):
+    readings = iter([0.5, 1.5, 4.0] + [2.0] * 1000)
+    monkeypatch.setattr(common.os, "getloadavg", lambda: (next(readings), 0.0, 0.0))
+    load = common.LoadSampler(period=0.01)
+    while len(load.samples) < 3:
+        time.sleep(0.005)
+    got = load.stop()
+    s = load.samples
+    assert s[:3] == [0.5, 1.5, 4.0] and got["samples"] == len(s)
+    assert got["min"] == 0.5 and got["max"] == 4.0
+    assert got["mean"] == pytest.approx(sum(s) / len(s), abs=0.005)
 
 
 def test_reports_of_separate_jobs_merge_with_goals_recomputed():
