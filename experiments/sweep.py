@@ -8,6 +8,7 @@ validation episodes are not the study's: its seeds start at 100 and its episodes
 from :data:`VALIDATION_SEED`, not the held-out key the study reports on.
 
     python -m experiments.sweep rover            # ~20 min on 2 CPU cores
+    python -m experiments.sweep discovery        # likewise dispersion, coverage
 
 Writes ``experiments/results/sweep-<study>.{json,md}``: per probe and arm the mean and 95%
 interval over seeds, the ranking, and the wall time.
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import rover
+from experiments import coverage, rover, swarm
 from experiments.common import (
     ABLATION_ARMS,
     RESULTS,
@@ -47,19 +48,40 @@ EVAL_EPISODES = 32
 
 @dataclasses.dataclass(frozen=True)
 class Study:
-    """What a sweep needs of a study: its base config, horizon, probes, arms and the arms'
-    own overrides."""
+    """What a sweep needs of a study: its base config (``base(run_root)``, called once per
+    sweep: Coverage pretrains the executor every arm starts from there), horizon, probes,
+    arms, the arms' own overrides and the env-step budget per run."""
 
-    base: Callable[[], dict]
+    base: Callable[[Path], dict]
     max_steps: int
     probes: Sequence[tuple[str, dict]]
     extra: dict[str, dict] = dataclasses.field(default_factory=dict)
     arms: tuple[str, ...] = ABLATION_ARMS
+    budget: int = BUDGET
+
+
+def _coverage_base(run_root: Path) -> dict:
+    from feudal_es.checkpoint import SUFFIX
+
+    bc = coverage.pretrain(run_root / "coverage" / f"bc_lloyd_clairvoyant{SUFFIX}", 1.0)
+    return coverage.base_config(str(bc))
+
+
+# the probes of the swarm studies (Rover's settings on another env): the selector period
+# the Rover sweep chose and the earlier one, a lower MAPPO lr, a smaller ES sigma
+_SWARM_PROBES = [
+    ("selector period 25", {"mappo": {"selector_period": 25}}),
+    ("selector period 10", {"mappo": {"selector_period": 10}}),
+    ("selector period 25, MAPPO lr 1e-3", {"mappo": {
+        "selector_period": 25, "lr": 1e-3, "critic_lr": 1e-3}}),
+    ("selector period 25, ES sigma 0.05", {"mappo": {"selector_period": 25},
+                                           "es": {"sigma": 0.05}}),
+]
 
 
 STUDIES: dict[str, Study] = {
     "rover": Study(
-        lambda: rover.base_config(4), rover.MAX_STEPS,
+        lambda _: rover.base_config(4), rover.MAX_STEPS,
         # each probe names every field it sets, so the sweep repeats whatever
         # configs/rover.json now holds (it holds the winner: selector period 25)
         probes=[
@@ -71,22 +93,47 @@ STUDIES: dict[str, Study] = {
             ("selector period 25", {"mappo": {"selector_period": 25}}),
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": 0}}}),
+    # Discovery at the harder coupling, where switching options matters
+    "discovery": Study(
+        lambda _: swarm.base_config("feudal_es/Discovery-v0",
+                                    dict(num_agents=4, num_targets=4, coupling=3)),
+        swarm.MAX_STEPS, _SWARM_PROBES, extra={"mappo_fixed": {"actor": {"fixed_option": 0}}},
+        budget=128_000),
+    "dispersion": Study(
+        lambda _: swarm.base_config("feudal_es/Dispersion-v0", dict(num_agents=4)),
+        swarm.MAX_STEPS, _SWARM_PROBES, extra={"mappo_fixed": {"actor": {"fixed_option": 1}}},
+        budget=128_000),
+    # Coverage fine-tunes a BC executor: the actor lr decides how much of the imitation
+    # survives; the selector period how often "explore" can interrupt covering
+    "coverage": Study(
+        _coverage_base, coverage.MAX_STEPS,
+        probes=[
+            ("actor lr 3e-4, selector period 8", {"mappo": {"lr": 3e-4, "selector_period": 8}}),
+            ("actor lr 1e-4, selector period 8", {"mappo": {"lr": 1e-4, "selector_period": 8}}),
+            ("actor lr 1e-3, selector period 8", {"mappo": {"lr": 1e-3, "selector_period": 8}}),
+            ("actor lr 3e-4, selector period 20", {"mappo": {"lr": 3e-4,
+                                                             "selector_period": 20}}),
+        ],
+        extra={"mappo_fixed": {"actor": {"fixed_option": coverage.COVER}}},
+        arms=coverage.ARMS, budget=40_000),
 }
 
 
-def run(study: str, seeds: Sequence[int] = SEEDS, budget: int = BUDGET,
+def run(study: str, seeds: Sequence[int] = SEEDS, budget: int | None = None,
         eval_episodes: int = EVAL_EPISODES, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/sweeps"), probes: Sequence[str] | None = None
         ) -> dict[str, Any]:
-    """Run ``study``'s probes (all, or those named in ``probes``); write the report."""
+    """Run ``study``'s probes (all, or those named in ``probes``) at ``budget`` env steps
+    per run (default: the study's); write the report."""
     spec, clock = STUDIES[study], Timer()
+    budget = spec.budget if budget is None else budget
     chosen = [p for p in spec.probes if probes is None or p[0] in probes]
     if not chosen:
         raise ValueError(f"no probe of {study!r} is named {list(probes or [])}; its probes: "
                          f"{[name for name, _ in spec.probes]}")
-    results = []
+    results, shared = [], spec.base(run_root)
     for name, over in chosen:
-        base = merge(spec.base(), over)
+        base = merge(shared, over)
         spent, rounds = equal_budget(base, spec.max_steps, budget, spec.arms, spec.extra)
         arms = {}
         for arm in spec.arms:
@@ -135,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("study", choices=list(STUDIES))
     p.add_argument("--probes", nargs="+", help="run only these probes (by name)")
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    p.add_argument("--budget", type=int, default=BUDGET, help="env steps per run")
+    p.add_argument("--budget", type=int, help="env steps per run (default: the study's)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
     run(a.study, tuple(a.seeds), a.budget, out_dir=a.out, probes=a.probes)

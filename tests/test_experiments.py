@@ -231,7 +231,7 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     monkeypatch.setattr(sweep, "train_arm", fake_train_arm)
     report = sweep.run("rover", seeds=(100, 101), budget=50_000, eval_episodes=4,
                        out_dir=tmp_path, run_root=tmp_path / "runs", probes=names)
-    base = sweep.STUDIES["rover"].base()
+    base = sweep.STUDIES["rover"].base(tmp_path)
     assert [p["probe"] for p in report["probes"]] == names and len(calls) == 8
     for c in calls:
         assert c["seeds"] == (100, 101) and c["eval_root"] == sweep.VALIDATION_SEED
@@ -252,3 +252,31 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     assert json.loads((tmp_path / "sweep-rover.json").read_text())["best"] == b
     with pytest.raises(ValueError, match="no probe"):
         sweep.run("rover", probes=["nope"], out_dir=tmp_path)
+
+
+@pytest.mark.parametrize("study", ["rover", "discovery", "dispersion", "coverage"])
+def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
+        study, tmp_path, monkeypatch):
+    """Each listed probe, for every arm of its study, is a TrainerConfig that differs from
+    the study's shared base only in the fields the probe (and the arm) names; the
+    budget holds whole rounds of every arm."""
+    from experiments import coverage, sweep
+
+    monkeypatch.setattr(coverage, "pretrain", lambda path, scale: path)  # no BC run here
+    spec = sweep.STUDIES[study]
+    base = spec.base(tmp_path)
+    names = [n for n, _ in spec.probes]
+    assert len(set(names)) == len(names) >= 3
+    flat = lambda d, pre="": {k2: v2 for k, v in d.items() for k2, v2 in (
+        flat(v, f"{pre}{k}.").items() if isinstance(v, dict) else [(f"{pre}{k}", v)])}
+    for name, over in spec.probes:
+        probe = common.merge(base, over)
+        changed = {k for k, v in flat(probe).items() if flat(base).get(k) != v}
+        assert changed <= set(flat(over)), (name, changed)
+        for arm in spec.arms:
+            cfg = TrainerConfig.from_dict(common.arm_config(probe, arm, spec.extra.get(arm)))
+            assert cfg.env == base["env"]
+        spent, rounds = common.equal_budget(probe, spec.max_steps, spec.budget, spec.arms,
+                                            spec.extra)
+        sizes = common.round_sizes(probe, spec.max_steps, spec.arms, spec.extra)
+        assert all(rounds[a] * sizes[a] == spent >= spec.budget for a in spec.arms)
