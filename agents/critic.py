@@ -64,6 +64,9 @@ class CentralCritic(eqx.Module):
         global state, the critic's largest input."""
         first = self.mlp.layers[0]
         g, n = global_state.shape[-1], self.num_agents
-        shared = first.weight[:, :g] @ global_state.astype(jnp.float32) + first.bias
-        per_agent = first.weight[:, g:g + n].T + first.weight[:, g + n:].T[skill]
+        shared = global_state.astype(jnp.float32) @ first.weight[:, :g].T + first.bias
+        # the skill's columns by a one-hot matmul: an index's gradient is a scatter-add,
+        # which XLA:CPU runs serially
+        sk = jax.nn.one_hot(skill, self.num_skills, dtype=jnp.float32)
+        per_agent = first.weight[:, g:g + n].T + sk @ first.weight[:, g + n:].T
         return jax.vmap(self.mlp.from_first)(shared[None, :] + per_agent)[:, 0]

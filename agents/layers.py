@@ -71,7 +71,9 @@ class Linear(eqx.Module):
         self.bias = jnp.asarray(np.zeros((out_size,), np.float32))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.weight @ x + self.bias
+        # x @ W^T, not W @ x: under vmap the batch stays the leading (row) axis of one
+        # matmul, which XLA:CPU runs about 1.15x faster in MAPPO's train step (bench/mappo.py)
+        return x @ self.weight.T + self.bias
 
 
 class Conv2d(eqx.Module):

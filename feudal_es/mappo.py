@@ -602,6 +602,37 @@ def make_train_step(env: SwarmEnv, cfg: MAPPOConfig, actor: Any = None
     return split_step
 
 
+def guarded(step: Callable[[TrainState], tuple[TrainState, dict]]
+            ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """``step`` followed by :func:`keep_finite`: ``ts -> (ts, metrics, skipped)``. Pure
+    when ``step`` is (then jit or vmap the composition as one program)."""
+
+    def guarded_step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        after, metrics = step(ts)
+        ts, skipped = keep_finite(ts, after, metrics)
+        return ts, metrics, skipped
+
+    return guarded_step
+
+
+def make_guarded_train_step(env: SwarmEnv, cfg: MAPPOConfig, actor: Any = None
+                            ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """``step(ts) -> (ts, metrics, skipped)``: :func:`make_train_step`'s step with a
+    non-finite update undone (:func:`keep_finite`). With the fused update the step and
+    the guard are one jitted program: a second dispatch per step (pytree flattening
+    included) cost about 6% of a 45 ms train step on MPE (2-core CPU)."""
+    if uses_fused_update(cfg, env.observation_space, actor):
+        return eqx.filter_jit(guarded(lambda ts: fused_train_step(env, ts, cfg)))
+    step, keep = make_train_step(env, cfg, actor), eqx.filter_jit(keep_finite)
+
+    def split_guarded(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        after, metrics = step(ts)
+        kept, skipped = keep(ts, after, metrics)
+        return kept, metrics, skipped
+
+    return split_guarded
+
+
 def make_rollout(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,
                                                                                  dict]]:
     """Collection only, jitted: the reference for the training overhead (bench)."""

@@ -104,6 +104,7 @@ class JaxFunctions:
 
     init_state: Callable  # jitted mappo.init_train_state (one compile, not ~150 eager ops)
     train_step: Callable  # mappo.make_train_step
+    guarded_step: Callable  # mappo.make_guarded_train_step: ts -> (ts, metrics, skipped)
     rollouts: Callable  # jitted make_population_rollouts (unsharded, at the config's chunk)
     generation: Callable  # (key, es_state, actor) -> (es_state, info): one ES generation
     # fitness(thetas[P, D], actor, keys[E]) -> [P]: the population's team fitness exactly
@@ -170,6 +171,7 @@ def jax_functions(config: Any, core: SwarmEnv) -> JaxFunctions:
                                                   keep_states=True))
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
                        mappo.make_train_step(core, mcfg, config.actor),
+                       mappo.make_guarded_train_step(core, mcfg, config.actor),
                        eqx.filter_jit(rollouts), generation, fitness, gif)
     _CACHE[key] = fns
     return fns

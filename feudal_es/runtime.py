@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +24,8 @@ from feudal_es.resolve import ResolvedEnv
 from feudal_es.rollout import jax_functions
 
 __all__ = ["HostRuntime", "JaxRuntime", "make_runtime"]
+
+_keep_finite = eqx.filter_jit(mappo.keep_finite)
 
 
 def _initial(actor: FeudalActor, config: TrainerConfig) -> FeudalActor:
@@ -60,6 +63,11 @@ class JaxRuntime:
     def train_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict]:
         """One MAPPO train step (collection + update)."""
         return self.fns.train_step(ts)
+
+    def guarded_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict, jax.Array]:
+        """:meth:`train_step` with a non-finite update undone (``mappo.keep_finite``):
+        ``(ts, metrics, skipped)``, one jitted program with the fused update."""
+        return self.fns.guarded_step(ts)
 
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -152,6 +160,12 @@ class HostRuntime:
         ts, batch, stats = self.collector.collect(ts)
         ts, metrics = self.update(ts, batch)
         return ts, {**metrics, **stats, "env_steps": ts.env_steps}
+
+    def guarded_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict, jax.Array]:
+        """:meth:`train_step` with a non-finite update undone: ``(ts, metrics, skipped)``."""
+        after, metrics = self.train_step(ts)
+        kept, skipped = _keep_finite(ts, after, metrics)
+        return kept, metrics, skipped
 
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

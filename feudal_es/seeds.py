@@ -48,8 +48,7 @@ class SeedFunctions:
     """The jitted, seed-batched functions of one setup (every argument and result has a
     leading seed axis)."""
 
-    train_step: Callable  # ts -> (ts, metrics)
-    keep_finite: Callable  # (before, after, metrics) -> (ts, skipped)
+    guarded_step: Callable  # ts -> (ts, metrics, skipped): mappo.guarded's, batched
     generation: Callable  # (key, es_state, actor) -> (es_state, info)
     returns: Callable  # (actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics)
     selector: Callable  # actor -> theta[D] (what ES evolves: config.es_params)
@@ -65,6 +64,17 @@ def _seed_devices(num_seeds: int) -> int:
 
 
 _CACHE: dict[str, SeedFunctions] = {}
+
+
+def _split_guarded(train_step: Callable, keep_finite: Callable) -> Callable:
+    """The split update's batched step, then its batched guard (two dispatches)."""
+
+    def guarded_step(ts: Any) -> tuple[Any, dict, Any]:
+        after, metrics = train_step(ts)
+        kept, skipped = keep_finite(ts, after, metrics)
+        return kept, metrics, skipped
+
+    return guarded_step
 
 
 def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunctions:
@@ -100,8 +110,11 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
         fn = eqx.filter_vmap(fn)
         return eqx.filter_jit(fn if mesh is None else sharding.shard_batched(fn, mesh))
 
-    train_step = (batched(lambda ts: mappo.fused_train_step(core, ts, mcfg)) if fused
-                  else eqx.filter_vmap(mappo.make_train_step(core, mcfg, config.actor)))
+    # the step and its non-finite guard: one program with the fused update
+    guarded_step = (batched(mappo.guarded(lambda ts: mappo.fused_train_step(core, ts, mcfg)))
+                    if fused else _split_guarded(
+                        eqx.filter_vmap(mappo.make_train_step(core, mcfg, config.actor)),
+                        batched(mappo.keep_finite)))
     if mesh is None:
         place = lambda tree: tree
     else:
@@ -109,7 +122,7 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
         place = lambda tree: jax.tree.map(
             lambda x: jax.device_put(x, where) if eqx.is_array(x) else x, tree)
     fns = SeedFunctions(
-        train_step=train_step, keep_finite=batched(mappo.keep_finite),
+        guarded_step=guarded_step,
         generation=batched(generation), returns=batched(rollouts),
         selector=batched(lambda actor: es_theta(actor, params)),
         with_selector=batched(lambda ts, th: ts._replace(actor=set_es_theta(ts.actor, th,
@@ -249,8 +262,7 @@ class MultiSeedTrainer:
         if cfg.trains_executor:  # dispatch every step, then fetch the metrics once
             pending = []
             for _ in range(cfg.grad_steps_per_outer):
-                after, metrics = fns.train_step(ts)
-                ts, skipped = fns.keep_finite(ts, after, metrics)
+                ts, metrics, skipped = fns.guarded_step(ts)
                 pending.append((metrics, skipped))
             pending = jax.device_get(pending)
             sps = len(pending) * cfg.mappo.batch_size / (time.perf_counter() - t0)

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,8 +43,6 @@ __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
            "resolve_env", "root_keys"]
 
 log = logging.getLogger("feudal_es.trainer")
-_keep_finite = eqx.filter_jit(mappo.keep_finite)
-
 
 
 class ESTrainer:
@@ -147,8 +144,7 @@ class ESTrainer:
             return ts
         if not self._pending:
             self._t_grad = time.perf_counter()
-        after, metrics = self.runtime.train_step(ts)
-        ts, skipped = _keep_finite(ts, after, metrics)
+        ts, metrics, skipped = self.runtime.guarded_step(ts)
         self._pending.append((metrics, skipped))
         return ts
 

@@ -5,6 +5,8 @@ check. Tiny networks and one compiled train step per configuration keep it fast.
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -236,6 +238,38 @@ def test_fused_update_equals_split_update():
     for k in m_split:
         np.testing.assert_allclose(float(m_fused[k]), float(m_split[k]), rtol=1e-3, atol=1e-6,
                                    err_msg=k)
+
+
+def test_guarded_step_is_the_step_then_keep_finite():
+    """The fused step with its guard in one program equals ``keep_finite`` applied to the
+    plain step's output (two programs: to a stated tolerance); on a NaN critic the update
+    is skipped: the learner comes back bit-identical, the rollout moves on."""
+    env = Dispersion(num_agents=3, max_steps=12, obs_mode="vec")
+    cfg = dataclasses.replace(CFG, update="fused")
+    actor = FeudalActor.from_env(jax.random.key(1), env, TINY_ACTOR)
+    critic = CentralCritic.from_env(jax.random.key(2), env, TINY_CRITIC)
+    ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, cfg)
+    guarded = mappo.make_guarded_train_step(env, cfg)
+    plain, keep = mappo.make_train_step(env, cfg), eqx.filter_jit(mappo.keep_finite)
+    nan_critic = jax.tree.map(lambda x: x * jnp.nan if eqx.is_inexact_array(x) else x,
+                              ts.critic)
+    for start, skip in ((ts, False), (ts._replace(critic=nan_critic), True)):
+        got, metrics, skipped = guarded(start)
+        after, ref_metrics = plain(start)
+        want, want_skipped = keep(start, after, ref_metrics)
+        assert bool(skipped) == bool(want_skipped) == skip
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            if jnp.issubdtype(a.dtype, jnp.floating):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+            elif not jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert set(metrics) == set(ref_metrics)
+        if skip:  # the learner of the input, exactly; the rollout advanced
+            for a, b in zip(jax.tree.leaves(mappo.learned(got)),
+                            jax.tree.leaves(mappo.learned(start)), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            assert int(got.env_steps) == int(start.env_steps) + cfg.batch_size
+            assert int(got.update_step) == int(start.update_step)
 
 
 def test_update_mode_follows_the_observations_and_the_cnn_size():
