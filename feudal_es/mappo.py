@@ -602,15 +602,18 @@ def make_train_step(env: SwarmEnv, cfg: MAPPOConfig, actor: Any = None
     return split_step
 
 
-def guarded(step: Callable[[TrainState], tuple[TrainState, dict]]
+def guarded(step: Callable[[TrainState], tuple[TrainState, dict]],
+            keep: Callable | None = None
             ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
-    """``step`` followed by :func:`keep_finite`: ``ts -> (ts, metrics, skipped)``. Pure
-    when ``step`` is (then jit or vmap the composition as one program)."""
+    """``step`` followed by ``keep`` (default :func:`keep_finite`): ``ts -> (ts, metrics,
+    skipped)``. With pure ``step`` and the default ``keep`` the composition is pure: jit
+    or vmap it as one program; pass a jitted ``keep`` to guard a Python-level step."""
+    keep = keep_finite if keep is None else keep
 
     def guarded_step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
         after, metrics = step(ts)
-        ts, skipped = keep_finite(ts, after, metrics)
-        return ts, metrics, skipped
+        kept, skipped = keep(ts, after, metrics)
+        return kept, metrics, skipped
 
     return guarded_step
 
@@ -623,14 +626,7 @@ def make_guarded_train_step(env: SwarmEnv, cfg: MAPPOConfig, actor: Any = None
     included) cost about 6% of a 45 ms train step on MPE (2-core CPU)."""
     if uses_fused_update(cfg, env.observation_space, actor):
         return eqx.filter_jit(guarded(lambda ts: fused_train_step(env, ts, cfg)))
-    step, keep = make_train_step(env, cfg, actor), eqx.filter_jit(keep_finite)
-
-    def split_guarded(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
-        after, metrics = step(ts)
-        kept, skipped = keep(ts, after, metrics)
-        return kept, metrics, skipped
-
-    return split_guarded
+    return guarded(make_train_step(env, cfg, actor), eqx.filter_jit(keep_finite))
 
 
 def make_rollout(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,

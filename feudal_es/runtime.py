@@ -163,9 +163,7 @@ class HostRuntime:
 
     def guarded_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict, jax.Array]:
         """:meth:`train_step` with a non-finite update undone: ``(ts, metrics, skipped)``."""
-        after, metrics = self.train_step(ts)
-        kept, skipped = _keep_finite(ts, after, metrics)
-        return kept, metrics, skipped
+        return mappo.guarded(self.train_step, _keep_finite)(ts)
 
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

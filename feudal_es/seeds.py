@@ -66,17 +66,6 @@ def _seed_devices(num_seeds: int) -> int:
 _CACHE: dict[str, SeedFunctions] = {}
 
 
-def _split_guarded(train_step: Callable, keep_finite: Callable) -> Callable:
-    """The split update's batched step, then its batched guard (two dispatches)."""
-
-    def guarded_step(ts: Any) -> tuple[Any, dict, Any]:
-        after, metrics = train_step(ts)
-        kept, skipped = keep_finite(ts, after, metrics)
-        return kept, metrics, skipped
-
-    return guarded_step
-
-
 def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunctions:
     """The seed-batched functions for ``config`` (cached per process like
     :func:`feudal_es.rollout.jax_functions`). The train step is one sharded jit when the
@@ -112,7 +101,7 @@ def seed_functions(config: TrainerConfig, core: Any, num_seeds: int) -> SeedFunc
 
     # the step and its non-finite guard: one program with the fused update
     guarded_step = (batched(mappo.guarded(lambda ts: mappo.fused_train_step(core, ts, mcfg)))
-                    if fused else _split_guarded(
+                    if fused else mappo.guarded(
                         eqx.filter_vmap(mappo.make_train_step(core, mcfg, config.actor)),
                         batched(mappo.keep_finite)))
     if mesh is None:

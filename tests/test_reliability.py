@@ -430,14 +430,7 @@ def test_nonfinite_mappo_update_is_skipped_and_training_continues(tmp_path, capl
         return out, metrics
 
     # the trainer's step is the step plus its guard; the injected blow-up goes between
-    keep = eqx.filter_jit(mappo.keep_finite)
-
-    def guarded(ts):
-        after, metrics = blow_up_second(ts)
-        kept, skipped = keep(ts, after, metrics)
-        return kept, metrics, skipped
-
-    t.runtime.guarded_step = guarded
+    t.runtime.guarded_step = mappo.guarded(blow_up_second, eqx.filter_jit(mappo.keep_finite))
     ts, state = t.ts, t.es_state
     with caplog.at_level(logging.WARNING, logger="feudal_es.trainer"):
         t.run()
