@@ -259,9 +259,12 @@ def test_guarded_step_is_the_step_then_keep_finite():
         want, want_skipped = keep(start, after, ref_metrics)
         assert bool(skipped) == bool(want_skipped) == skip
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-            if jnp.issubdtype(a.dtype, jnp.floating):
+            if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):  # integer bits: exact
+                np.testing.assert_array_equal(np.asarray(jax.random.key_data(a)),
+                                              np.asarray(jax.random.key_data(b)))
+            elif jnp.issubdtype(a.dtype, jnp.floating):
                 np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
-            elif not jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            else:
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert set(metrics) == set(ref_metrics)
         if skip:  # the learner of the input, exactly; the rollout advanced
