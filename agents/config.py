@@ -107,12 +107,20 @@ class ActorConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CriticConfig:
-    """Sizes of the centralized critic MLP(global state, agent one-hot, skill one-hot)."""
+    """Sizes of the centralized critic MLP(global state, agent one-hot, skill one-hot).
+
+    ``time_input`` appends the elapsed fraction of the episode, ``t / max_steps``, to the
+    critic's state: on a fixed-horizon task the value depends on the steps left, which
+    neither the observations nor most global states show (Pardo et al. 2018, "Time Limits
+    in Reinforcement Learning"). It is the critic's input only (centralized training); the
+    actor is unchanged. It needs the env's horizon, so only the JAX path has it."""
 
     hidden: tuple[int, ...] = (256, 256)  # hidden sizes of the value MLP
     layer_norm: bool = True  # LayerNorm after each hidden linear layer (before the tanh)
+    time_input: bool = False  # the critic also sees t / max_steps
 
     def __post_init__(self) -> None:
         c = type(self).__name__
         check_ints(f"{c}.hidden", self.hidden, 1, allow_empty=False)
         check_bool(f"{c}.layer_norm", self.layer_norm)
+        check_bool(f"{c}.time_input", self.time_input)

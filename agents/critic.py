@@ -1,7 +1,9 @@
 """``CentralCritic``: the centralized value function of CTDE-MAPPO.
 
 One value per agent from an agent-specific global state (as the MAPPO paper recommends):
-``MLP([global_state, one_hot(agent id, N), one_hot(current skill, K)])``.
+``MLP([state, one_hot(agent id, N), one_hot(current skill, K)])``, where ``state`` is the
+env's global state, with ``t / horizon`` appended when ``CriticConfig.time_input`` is set
+(:meth:`CentralCritic.state` builds it).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from agents.layers import MLP, VALUE_GAIN, KeyLike
 
 
 class CentralCritic(eqx.Module):
-    """``critic(global_state [G], skill [N]) -> values [N]``."""
+    """``critic(state [S], skill [N]) -> values [N]``, ``state = critic.state(global_state
+    [G], t)`` (``S = G``, or ``G + 1`` with the time input)."""
 
     mlp: MLP
     num_agents: int = eqx.field(static=True)
     num_skills: int = eqx.field(static=True)
+    horizon: int = eqx.field(static=True)  # max_steps when the state carries t / horizon, else 0
 
     def __init__(
         self,
@@ -30,6 +34,7 @@ class CentralCritic(eqx.Module):
         num_agents: int,
         num_skills: int,
         config: CriticConfig | None = None,
+        horizon: int | None = None,
     ):
         for name, v in (("global_state_size", global_state_size), ("num_agents", num_agents),
                         ("num_skills", num_skills)):  # fmt: skip
@@ -38,7 +43,12 @@ class CentralCritic(eqx.Module):
         config = CriticConfig() if config is None else config
         if not isinstance(config, CriticConfig):
             raise TypeError(f"config must be a CriticConfig, got {type(config).__name__}")
-        in_size = global_state_size + num_agents + num_skills
+        if config.time_input and (isinstance(horizon, bool) or not isinstance(horizon, int)
+                                  or horizon < 1):
+            raise ValueError("CriticConfig.time_input needs the episode horizon (the env's "
+                             f"max_steps, an int >= 1), got horizon={horizon!r}")
+        self.horizon = int(horizon) if config.time_input else 0
+        in_size = global_state_size + config.time_input + num_agents + num_skills
         self.mlp = MLP(key, in_size, config.hidden, 1, out_gain=VALUE_GAIN,
                        layer_norm=config.layer_norm)  # fmt: skip
         self.num_agents = num_agents
@@ -46,11 +56,22 @@ class CentralCritic(eqx.Module):
 
     @classmethod
     def from_env(cls, key: KeyLike, env: Any, config: CriticConfig | None = None) -> Any:
-        """Build from an env's ``global_state_size``, ``num_agents`` and ``skill_names``."""
-        return cls(key, env.global_state_size, env.num_agents, len(env.skill_names), config)
+        """Build from an env's ``global_state_size``, ``num_agents``, ``skill_names`` and
+        ``max_steps`` (the horizon of the time input)."""
+        return cls(key, env.global_state_size, env.num_agents, len(env.skill_names), config,
+                   horizon=int(env.max_steps))
+
+    def state(self, global_state: jax.Array, t: jax.Array) -> jax.Array:
+        """The critic's state of one env copy: ``global_state`` [G], with ``t / horizon``
+        appended when the critic has the time input (``t``: steps taken this episode)."""
+        gs = global_state.astype(jnp.float32)
+        if not self.horizon:
+            return gs
+        frac = jnp.asarray(t, jnp.float32).reshape(1) / self.horizon
+        return jnp.concatenate([gs, frac])
 
     def inputs(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
-        """The per-agent critic inputs [N, G + N + K]."""
+        """The per-agent critic inputs [N, S + N + K] (``global_state``: the state [S])."""
         n = self.num_agents
         gs = jnp.broadcast_to(global_state.astype(jnp.float32), (n, global_state.shape[-1]))
         ids = jnp.eye(n, dtype=jnp.float32)

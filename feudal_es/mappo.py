@@ -214,7 +214,7 @@ class Batch(NamedTuple):
 
     obs: Any  # [T, E, N, ...]
     adj: jax.Array  # [T, E, N, N] comm graph at the observation
-    global_state: jax.Array  # [T, E, G]
+    global_state: jax.Array  # [T, E, S] the critic's state (CentralCritic.state)
     held: Any  # [T, E, N] skill (or Directive) the action was conditioned on
     action: jax.Array  # [T, E, N, ...] the policy sample (ActOut.action)
     log_prob: jax.Array  # [T, E, N] behaviour log-prob
@@ -519,7 +519,7 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         k_act, k_env = jax.random.split(key)
         e = ro.ep_t.shape[0]
         adj = jax.vmap(env.comm_graph)(ro.env_state)
-        gstate = jax.vmap(env.global_state)(ro.env_state)
+        gstate = jax.vmap(critic.state)(jax.vmap(env.global_state)(ro.env_state), ro.ep_t)
         held, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.held, ro.ep_t)
         value = jax.vmap(critic)(gstate, skill_ids(held))
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
@@ -540,7 +540,7 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
 
     key, key_collect = jax.random.split(ts.key)
     ro, traj = jax.lax.scan(one_step, ts.rollout, jax.random.split(key_collect, cfg.num_steps))
-    last_gs = jax.vmap(env.global_state)(ro.env_state)
+    last_gs = jax.vmap(critic.state)(jax.vmap(env.global_state)(ro.env_state), ro.ep_t)
     # the value of the state after the last step, under the skill the agents would hold
     last_adj = jax.vmap(env.comm_graph)(ro.env_state)
     last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),

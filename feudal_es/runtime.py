@@ -146,6 +146,10 @@ class HostRuntime:
 
         k_actor, k_critic, k_state = jax.random.split(key, 3)
         spec, cfg = self.spec, self.config
+        if cfg.critic.time_input:
+            raise ValueError(f"critic.time_input needs a fixed episode horizon; env "
+                             f"{cfg.env!r} runs on the host path, whose episodes end when "
+                             "the env says (set critic.time_input false)")
         actor = _initial(FeudalActor(k_actor, spec.observation_space, spec.action_space,
                                      spec.num_skills, cfg.actor), cfg)
         critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,

@@ -162,6 +162,30 @@ def test_central_critic_equals_numpy(layer_norm):
     np.testing.assert_allclose(w0.T @ w0, 2.0 * np.eye(g + n + k), atol=1e-5)
 
 
+def test_critic_time_input_appends_the_elapsed_fraction():
+    """With ``time_input`` the critic's state is ``[global_state, t / horizon]`` and its
+    values are the MLP of that (numpy oracle); without it the state is the global state."""
+    g, n, k, horizon = 5, 3, 2, 10
+    cfg = CriticConfig((16,), layer_norm=False, time_input=True)
+    critic = CentralCritic(jax.random.key(0), g, n, k, cfg, horizon=horizon)
+    gs = np.random.default_rng(1).standard_normal(g).astype(np.float32)
+    skill = np.array([1, 0, 1])
+    state = np.asarray(critic.state(jnp.asarray(gs), jnp.asarray(3, jnp.int32)))
+    np.testing.assert_allclose(state, np.append(gs, 0.3), rtol=1e-6, atol=0)
+    values = np.asarray(critic(jnp.asarray(state), jnp.asarray(skill)))
+    for i in range(n):
+        inp = np.concatenate([state, np.eye(n)[i], np.eye(k)[skill[i]]])
+        np.testing.assert_allclose(values[i], _np_mlp(critic.mlp, inp, False)[0], rtol=1e-4,
+                                   atol=1e-5)
+    late = critic(critic.state(jnp.asarray(gs), jnp.asarray(9)), jnp.asarray(skill))
+    assert np.all(np.asarray(late) != values)  # the time is an input the values depend on
+    with pytest.raises(ValueError, match="horizon"):
+        CentralCritic(jax.random.key(0), g, n, k, cfg)
+    plain = CentralCritic(jax.random.key(0), g, n, k, CriticConfig((16,)), horizon=horizon)
+    assert plain.horizon == 0 and plain.mlp.layers[0].weight.shape[1] == g + n + k
+    np.testing.assert_array_equal(np.asarray(plain.state(jnp.asarray(gs), 3)), gs)
+
+
 @pytest.mark.parametrize(
     "kwargs,err,field",
     [

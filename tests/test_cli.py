@@ -188,6 +188,14 @@ def test_unknown_env_is_a_clear_error(work):
     assert "feudal_es/Coverage-v0" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_critic_time_input_is_refused_on_the_host_path(work):
+    proc = cli("train", "--env", "tests/CliLine-v0", "--import", "test_cli", "--set",
+               "critic.time_input=true", "--out", str(work / "timed"), "--no-progress",
+               cwd=work, check=False)
+    assert proc.returncode == 2 and "critic.time_input needs a fixed episode" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (work / "timed").exists()
+
+
 def test_resume_and_out_errors_come_before_any_work(work, trained):
     run, _ = trained
     proc = cli("train", "--resume", str(run), cwd=work)

@@ -126,6 +126,20 @@ def test_bundled_env_as_a_jaxmarl_env():
     assert env.action_space("agent_0").shape == (2,)
 
 
+def test_configs_mpe_holds_the_benchs_best_probe():
+    """``configs/mpe.json`` (the MPE study, the README's example) is the best probe of
+    ``bench/jaxmarl.py``'s sweep, field for field."""
+    import json
+    from pathlib import Path
+
+    from bench.jaxmarl import BEST_PROBE, probe
+
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "configs/mpe.json").read_text())
+    best = probe(BEST_PROBE)
+    assert {k: v for k, v in cfg["mappo"].items() if k != "anneal_updates"} == best["mappo"]
+    assert cfg["actor"] == best["actor"] and cfg["critic"] == best["critic"]
+
+
 @pytest.mark.slow  # a MERL round on MPE (~40 s); the adapter tests above stay fast
 def test_one_merl_round_through_the_trainer(tmp_path, capsys):
     from feudal_es import cli

@@ -275,6 +275,32 @@ def test_guarded_step_is_the_step_then_keep_finite():
             assert int(got.update_step) == int(start.update_step)
 
 
+def test_critic_time_input_is_the_episode_step(env, nets):
+    """With ``critic.time_input`` every transition's critic state ends in ``t / max_steps``,
+    ``t`` the steps taken in its episode (a plain loop over the done flags), and the rest
+    of the state is the env's global state; the update learns from it."""
+    actor = nets[0]
+    critic = CentralCritic.from_env(jax.random.key(2), env, dataclasses.replace(
+        TINY_CRITIC, time_input=True))
+    cfg = dataclasses.replace(CFG, num_steps=20)  # over one 12-step episode
+    ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, cfg)
+    ts2, batch, _ = jax.jit(lambda t: mappo.collect(env, t, cfg))(ts)
+    done = np.asarray(batch.done)[:, :, 0]
+    t = np.zeros(cfg.num_envs)
+    for k in range(cfg.num_steps):
+        # XLA may divide by a reciprocal multiply: 1 ulp
+        np.testing.assert_allclose(np.asarray(batch.global_state)[k, :, -1],
+                                   t / env.max_steps, rtol=1e-6, atol=0)
+        t = np.where(done[k] > 0, 0, t + 1)
+    assert done.sum() > 0
+    g = env.global_state_size
+    assert batch.global_state.shape[-1] == g + 1
+    first = jax.vmap(env.global_state)(ts.rollout.env_state)
+    np.testing.assert_array_equal(np.asarray(batch.global_state)[0, :, :g], np.asarray(first))
+    _, metrics = jax.jit(lambda a, b: mappo.update(a, b, cfg))(ts2, batch)
+    assert np.isfinite(float(metrics["value_loss"]))
+
+
 def test_update_mode_follows_the_observations_and_the_cnn_size():
     """"auto": fused for vectors and a small CNN, split for a large CNN (or an unknown
     one); the CNN's multiply-adds against a hand count."""
