@@ -12,7 +12,10 @@ Contract (what adapters, agents and trainers rely on):
   itself: ``EnvOut.done`` turns true at ``state.t == max_steps`` and the rollout calls
   :func:`auto_reset_step` (or resets explicitly).
 - ``obs`` is a dict pytree ``{"maps": [N, C, H, W] float32, "vec": [N, D] float32}``.
-- ``global_state(state) -> [G]`` float32, the centralized critic's input.
+- ``global_state(state) -> [G]`` float32, the centralized critic's input;
+  ``global_state_at(state, obs)`` is the same given that state's observation (the
+  rollout calls it, so an env whose global state is its observations need not recompute
+  them).
 - ``comm_graph(state) -> [N, N]`` float32 0/1 adjacency within the comm radius,
   symmetric, zero diagonal.
 - ``skill_names`` — one name per dense reward channel of ``EnvOut.skill_rewards``.
@@ -77,6 +80,13 @@ class SwarmEnv(eqx.Module):
 
     def global_state(self, state: Any) -> jax.Array:
         raise NotImplementedError
+
+    def global_state_at(self, state: Any, obs: Obs) -> jax.Array:
+        """``global_state(state)``, given ``obs``, the observation of ``state``. Override
+        where the global state is built from the observations (it saves computing them
+        twice per rollout step)."""
+        del obs
+        return self.global_state(state)
 
     def comm_graph(self, state: Any) -> jax.Array:
         raise NotImplementedError

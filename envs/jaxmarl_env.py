@@ -170,12 +170,21 @@ class JaxMARLSwarm(SwarmEnv):
     def observe(self, state: JaxMARLState) -> Obs:
         return self._stack(self.env.get_obs(state.inner))
 
-    def global_state(self, state: JaxMARLState) -> jax.Array:
+    def _world_state(self) -> Any:
         for name in ("world_state", "get_world_state"):
             fn = getattr(self.env, name, None)
             if callable(fn):
-                return jnp.asarray(fn(state.inner), jnp.float32).reshape(-1)
-        return self.observe(state)["obs"].reshape(-1)
+                return fn
+        return None
+
+    def global_state(self, state: JaxMARLState) -> jax.Array:
+        return self.global_state_at(state, self.observe(state))
+
+    def global_state_at(self, state: JaxMARLState, obs: Obs) -> jax.Array:
+        fn = self._world_state()
+        if fn is not None:
+            return jnp.asarray(fn(state.inner), jnp.float32).reshape(-1)
+        return obs["obs"].reshape(-1)
 
     def comm_graph(self, state: JaxMARLState) -> jax.Array:
         del state

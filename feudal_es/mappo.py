@@ -519,9 +519,9 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         k_act, k_env = jax.random.split(key)
         e = ro.ep_t.shape[0]
         adj = jax.vmap(env.comm_graph)(ro.env_state)
-        gstate = jax.vmap(critic.state)(jax.vmap(env.global_state)(ro.env_state), ro.ep_t)
+        gstate = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
+                                        ro.ep_t)
         held, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.held, ro.ep_t)
-        value = jax.vmap(critic)(gstate, skill_ids(held))
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
             env, jax.random.split(k_env, e), ro.env_state, out.env_action)
         reward = _skill_reward(eo.skill_rewards, held)
@@ -529,7 +529,7 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         ep_team = ro.ep_team_return + eo.team_reward
         step = dict(
             obs=ro.obs, adj=adj, global_state=gstate, held=held, action=out.action,
-            log_prob=out.log_prob, value=value, reward=reward, done=eo.done,
+            log_prob=out.log_prob, reward=reward, done=eo.done,
             env_reward=eo.reward.mean(-1), team_reward=eo.team_reward,
             finished_return=ep_return, finished_team=ep_team,
         )
@@ -540,7 +540,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
 
     key, key_collect = jax.random.split(ts.key)
     ro, traj = jax.lax.scan(one_step, ts.rollout, jax.random.split(key_collect, cfg.num_steps))
-    last_gs = jax.vmap(critic.state)(jax.vmap(env.global_state)(ro.env_state), ro.ep_t)
+    last_gs = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
+                                     ro.ep_t)
     # the value of the state after the last step, under the skill the agents would hold
     last_adj = jax.vmap(env.comm_graph)(ro.env_state)
     last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),
@@ -548,9 +549,14 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     last_held = jax.vmap(lambda o, a, h, t, k: actor.select_skills(o, a, h, t, period, k))(
         ro.obs, last_adj, ro.held, ro.ep_t, last_keys)
     last_value = jax.vmap(critic)(last_gs, skill_ids(last_held))
+    # the critic's values of the whole trajectory in one batched call, after the scan (the
+    # policy does not need them): one [T*E]-row matmul per layer instead of T small ones
+    t_len, e = traj["reward"].shape[:2]
+    flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
+    value = jax.vmap(critic)(flat(traj["global_state"]), flat(skill_ids(traj["held"])))
     batch = Batch(
         obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], held=traj["held"],
-        action=traj["action"], log_prob=traj["log_prob"], value=traj["value"],
+        action=traj["action"], log_prob=traj["log_prob"], value=value.reshape(t_len, e, -1),
         reward=traj["reward"],
         done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),
         alive=jnp.ones(traj["reward"].shape, jnp.float32), last_value=last_value,

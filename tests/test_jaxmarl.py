@@ -87,6 +87,17 @@ def test_spaces_horizon_and_team_reward():
     assert float(out.team_reward) == pytest.approx(float(out.reward.mean()))
     np.testing.assert_array_equal(np.asarray(out.skill_rewards[:, 0]), np.asarray(out.reward))
     np.testing.assert_array_equal(np.asarray(env.comm_graph(state)), 1 - np.eye(3))
+    # the global state (MPE has no world state): the stacked observations, from the state
+    # (the raw env's get_obs) or from the step's own observation, as the rollout takes it
+    obs, state, _ = env.step(jax.random.key(2), state, jnp.array([4, 0, 2]))
+    raw = env.env.get_obs(state.inner)
+    np.testing.assert_allclose(np.asarray(env.global_state(state)),
+                               np.concatenate([raw[a] for a in env.agents]), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(env.global_state_at(state, obs)),
+                                  np.asarray(obs["obs"]).reshape(-1))
+    np.testing.assert_allclose(np.asarray(env.global_state_at(state, obs)),
+                               np.asarray(env.global_state(state)), rtol=1e-6, atol=1e-7)
+    assert env.global_state_size == 54
 
 
 def test_after_the_end_the_state_is_frozen_and_scores_nothing():
