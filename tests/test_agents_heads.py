@@ -122,6 +122,15 @@ def test_categorical_for_discrete():
     det, _, _ = run(head, jax.random.key(5), X, True, jnp.zeros(N, jnp.int32))
     np.testing.assert_array_equal(np.asarray(det.action), logits.argmax(-1))
     np.testing.assert_allclose(np.asarray(lp), np.asarray(out.log_prob), rtol=1e-6)
+    # evaluate's gradient (a one-hot product) is the indexed log-prob's: onehot - softmax
+    def indexed(h, a):
+        logp_all = jax.nn.log_softmax(jax.vmap(h.logits)(X))
+        return jnp.take_along_axis(logp_all, a[:, None], axis=-1).sum()
+
+    g_ours = eqx.filter_grad(lambda h, a: h.evaluate(X, a)[0].sum())(head, out.action)
+    g_ref = eqx.filter_grad(indexed)(head, out.action)
+    for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_ref), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     # the actor picks the head from the action space
     obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
     small = ActorConfig(gnn_layers=1, gnn_features=8, embed_hidden=(), embed_dim=4,
