@@ -284,7 +284,7 @@ def test_critic_time_input_is_the_episode_step(env, nets):
         TINY_CRITIC, time_input=True))
     cfg = dataclasses.replace(CFG, num_steps=20)  # over one 12-step episode
     ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, cfg)
-    ts2, batch, _ = jax.jit(lambda t: mappo.collect(env, t, cfg))(ts)
+    _, batch, _ = jax.jit(lambda t: mappo.collect(env, t, cfg))(ts)
     done = np.asarray(batch.done)[:, :, 0]
     t = np.zeros(cfg.num_envs)
     for k in range(cfg.num_steps):
@@ -297,8 +297,6 @@ def test_critic_time_input_is_the_episode_step(env, nets):
     assert batch.global_state.shape[-1] == g + 1
     first = jax.vmap(env.global_state)(ts.rollout.env_state)
     np.testing.assert_array_equal(np.asarray(batch.global_state)[0, :, :g], np.asarray(first))
-    _, metrics = jax.jit(lambda a, b: mappo.update(a, b, cfg))(ts2, batch)
-    assert np.isfinite(float(metrics["value_loss"]))
 
 
 def test_update_mode_follows_the_observations_and_the_cnn_size():
