@@ -1,8 +1,14 @@
 """Regenerate every result of the README's Results section: Rover (couplings 4 and 6),
 Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each
-(``--scale`` multiplies every env-step budget; 0.05 is a smoke run).
+(``--scale`` multiplies every env-step budget).
 
     python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
+    python -m experiments.all --scale 0.05 --out /tmp/smoke              # smoke run
+
+A smoke run (``--scale`` below :data:`SMOKE_SCALE`) checks the pipeline, not the
+statistics: unless ``--seeds`` / ``--jobs`` say otherwise it trains 2 seeds (one per CPU
+device) and runs 2 studies at a time in separate processes, since at that scale XLA's
+compilation (one core per program) dominates the wall time.
 
 Writes ``experiments/results/<study>.{json,csv,png,md}`` (and Rover's GIFs) and
 ``experiments/results/timing.json`` (``timing-<studies>.json`` with ``--only``: wall time per
@@ -12,44 +18,102 @@ study, the 1-minute load average sampled every minute, CPU model).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from experiments import common, coverage, mpe, rover, swarm
 
 STUDIES = {"rover": rover.run, "coverage": coverage.run, "discovery": swarm.discovery,
            "dispersion": swarm.dispersion, "mpe": mpe.run}
+SMOKE_SCALE = 0.25  # below it, --scale is a smoke run
+SMOKE_SEEDS = (0, 1)
+SMOKE_JOBS = 2
+
+
+def defaults(scale: float, seeds: list[int] | None, jobs: int | None
+             ) -> tuple[tuple[int, ...], int]:
+    """The seeds and concurrent studies of a run: the given ones, else 10 seeds and one
+    study at a time, or for a smoke run (``scale < SMOKE_SCALE``) 2 seeds and 2 studies."""
+    smoke = scale < SMOKE_SCALE
+    chosen = tuple(seeds) if seeds else (SMOKE_SEEDS if smoke else common.SEEDS)
+    return chosen, int(jobs) if jobs else (SMOKE_JOBS if smoke else 1)
+
+
+def _timing_path(out: Path, only: list[str]) -> Path:
+    return out / ("timing.json" if only == list(STUDIES) else
+                  f"timing-{'-'.join(only)}.json")
+
+
+def _in_process(name: str, scale: float, seeds: tuple[int, ...], out: Path) -> None:
+    STUDIES[name](scale, seeds, out)
+
+
+def _subprocess(name: str, scale: float, seeds: tuple[int, ...], out: Path) -> None:
+    """One study in its own process (its log in ``out/log-<study>.txt``)."""
+    cmd = [sys.executable, "-m", "experiments.all", "--only", name, "--scale", str(scale),
+           "--seeds", *map(str, seeds), "--out", str(out), "--jobs", "1"]
+    with open(out / f"log-{name}.txt", "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"study {name} failed (exit {proc.returncode}); see "
+                           f"{out / f'log-{name}.txt'}")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every env-step budget")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(common.SEEDS))
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help=f"default: 0-9, or {list(SMOKE_SEEDS)} below --scale {SMOKE_SCALE}")
+    p.add_argument("--jobs", type=int, default=None,
+                   help=f"studies run at once, each in its own process (default: 1, or "
+                        f"{SMOKE_JOBS} below --scale {SMOKE_SCALE})")
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--only", nargs="+", choices=list(STUDIES), default=list(STUDIES))
     a = p.parse_args(argv)
+    if a.jobs is not None and a.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {a.jobs}")
+    seeds, jobs = defaults(a.scale, a.seeds, a.jobs)
+    a.out.mkdir(parents=True, exist_ok=True)
     clock = common.Timer()
     load = common.LoadSampler()
-    timing = {"scale": a.scale, "seeds": a.seeds,
-              "started": datetime.datetime.now(datetime.timezone.utc)
-              .isoformat(timespec="seconds"), "loadavg_at_start": os.getloadavg(),
-              "studies": {}}
-    path = a.out / ("timing.json" if a.only == list(STUDIES) else
-                    f"timing-{'-'.join(a.only)}.json")
-    for name in a.only:
+    timing: dict[str, Any] = {
+        "scale": a.scale, "seeds": list(seeds), "jobs": jobs,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "loadavg_at_start": os.getloadavg(), "studies": {}}
+    path = _timing_path(a.out, a.only)
+    run = _in_process if jobs == 1 else _subprocess
+    lock = threading.Lock()  # the studies' threads share ``timing`` and its file
+
+    def one(name: str) -> None:
         t, first = common.Timer(), len(load.samples)
-        STUDIES[name](a.scale, tuple(a.seeds), a.out)
-        during = load.samples[first:] or load.samples[-1:]
-        timing["studies"][name] = {"wall_time_s": round(t(), 1),
-                                   "loadavg_after": os.getloadavg(),
-                                   "loadavg_1min_mean": round(sum(during) / len(during), 2)}
-        print(f"[all] {name} done in {t():.0f}s (total {clock():.0f}s)", flush=True)
-        common.write_json(path, {**timing, "total_wall_time_s": round(clock(), 1),
-                                 "loadavg_1min_every_60s": load.summary(),
-                                 "machine": common.machine_note()})
+        run(name, a.scale, seeds, a.out)
+        with lock:
+            during = load.samples[first:] or load.samples[-1:]
+            timing["studies"][name] = {"wall_time_s": round(t(), 1),
+                                       "loadavg_after": os.getloadavg(),
+                                       "loadavg_1min_mean": round(sum(during) / len(during),
+                                                                  2)}
+            print(f"[all] {name} done in {t():.0f}s (total {clock():.0f}s)", flush=True)
+            common.write_json(path, {**timing, "total_wall_time_s": round(clock(), 1),
+                                     "loadavg_1min_every_60s": load.summary(),
+                                     "machine": common.machine_note()})
+
+    if jobs == 1:
+        for name in a.only:
+            one(name)
+    else:  # the studies in the order given (longest first by default), ``jobs`` at a time
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            for f in [pool.submit(one, name) for name in a.only]:
+                f.result()
     load.stop()
-    print(f"[all] every study done in {clock():.0f}s; results in {a.out}")
+    print(f"[all] every study done in {clock():.0f}s ({len(seeds)} seeds, {jobs} at a "
+          f"time); results in {a.out}")
 
 
 if __name__ == "__main__":

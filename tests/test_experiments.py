@@ -110,6 +110,23 @@ def test_load_sampler_keeps_every_reading(monkeypatch):
     assert got["mean"] == pytest.approx(sum(s) / len(s), abs=0.005)
 
 
+def test_smoke_scale_defaults_and_a_failing_study_process(tmp_path):
+    """Below SMOKE_SCALE a run trains 2 seeds, 2 studies at a time, unless told otherwise;
+    at full scale 10 seeds, one study at a time. A study run in its own process that
+    fails stops the run with its log's path."""
+    from experiments import all as everything
+
+    assert everything.defaults(0.05, None, None) == ((0, 1), 2)
+    assert everything.defaults(1.0, None, None) == (common.SEEDS, 1)
+    assert everything.defaults(0.05, [3, 4, 5], 1) == ((3, 4, 5), 1)
+    assert everything.defaults(1.0, None, 3) == (common.SEEDS, 3)
+    with pytest.raises(SystemExit):
+        everything.main(["--jobs", "0", "--out", str(tmp_path)])
+    with pytest.raises(RuntimeError, match=r"log-nosuch\.txt"):
+        everything._subprocess("nosuch", 0.05, (0, 1), tmp_path)
+    assert "invalid choice: 'nosuch'" in (tmp_path / "log-nosuch.txt").read_text()
+
+
 def test_reports_of_separate_jobs_merge_with_goals_recomputed():
     c4 = _report({"coupling 4": {"merl": [0.6, 0.62, 0.61], "es": [0.1, 0.12, 0.11]}}, 10.0)
     c6 = _report({"coupling 6": {"merl": [0.1, 0.3, 0.2], "es": [0.2, 0.25, 0.22]}}, 5.5)
