@@ -110,7 +110,7 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [
                                              "critic": {"time_input": True}}),
 ]
 # Our best settings for 0.4M steps: the sweep's best probe (by final return);
-# configs/mpe.json holds the same settings (tests/test_jaxmarl_env.py checks it)
+# configs/mpe.json holds the same settings (tests/test_jaxmarl.py checks it)
 BEST_PROBE = "lr 2e-3, 8 epochs, 128 units, critic sees time"
 
 
