@@ -69,11 +69,12 @@ def goals(report: dict) -> list[dict]:
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"), couplings: tuple[int, ...] = COUPLINGS,
         eval_episodes: int = EVAL_EPISODES) -> dict[str, Any]:
-    """Run the study; writes rover.{json,csv,png,md} and two GIFs under ``out_dir``."""
+    """Run the study; writes rover.{json,csv,png,md} and two GIFs per coupling (the best
+    MERL and MAPPO-only seeds) under ``out_dir``."""
     variants = [Variant(f"coupling {c}", base_config(c), MAX_STEPS,
                         extra={"mappo_fixed": {"actor": {"fixed_option": 0}}},
                         references=references(c),
-                        gif_arms=("merl", "mappo_uniform") if c == couplings[0] else ())
+                        gif_arms=("merl", "mappo_uniform"))
                 for c in couplings]
     return compare_arms("rover", variants, int(BUDGET * scale), seeds, eval_episodes,
                         metric="observed_frac", out_dir=out_dir, run_root=run_root,
