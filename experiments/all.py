@@ -5,10 +5,13 @@ Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each
     python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
     python -m experiments.all --scale 0.05 --out /tmp/smoke              # smoke run
 
-A smoke run (``--scale`` below :data:`SMOKE_SCALE`) checks the pipeline, not the
-statistics: unless ``--seeds`` / ``--jobs`` say otherwise it trains 2 seeds (one per CPU
-device) and runs 2 studies at a time in separate processes, since at that scale XLA's
-compilation (one core per program) dominates the wall time.
+Every study runs in its own process (its log in ``out/log-<study>.txt``): one process
+that compiles every study's programs exhausts the kernel's memory-map limit
+(``vm.max_map_count``, 65,530 here) and LLVM fails ("Cannot allocate memory"), as the
+first full run did 77 minutes in. A smoke run (``--scale`` below :data:`SMOKE_SCALE`)
+checks the pipeline, not the statistics: unless ``--seeds`` / ``--jobs`` say otherwise it
+trains 2 seeds (one per CPU device) and runs 2 studies at a time, since at that scale
+XLA's compilation (one core per program) dominates the wall time.
 
 Writes ``experiments/results/<study>.{json,csv,png,md}`` (and Rover's GIFs) and
 ``experiments/results/timing.json`` (``timing-<studies>.json`` with ``--only``: wall time per
@@ -50,16 +53,19 @@ def _timing_path(out: Path, only: list[str]) -> Path:
                   f"timing-{'-'.join(only)}.json")
 
 
-def _in_process(name: str, scale: float, seeds: tuple[int, ...], out: Path) -> None:
-    STUDIES[name](scale, seeds, out)
-
-
-def _subprocess(name: str, scale: float, seeds: tuple[int, ...], out: Path) -> None:
-    """One study in its own process (its log in ``out/log-<study>.txt``)."""
+def _subprocess(name: str, scale: float, seeds: tuple[int, ...], out: Path,
+                echo: bool = False) -> None:
+    """One study in its own process, its output in ``out/log-<study>.txt`` (and, with
+    ``echo``, on stdout as it comes)."""
     cmd = [sys.executable, "-m", "experiments.all", "--only", name, "--scale", str(scale),
-           "--seeds", *map(str, seeds), "--out", str(out), "--jobs", "1"]
-    with open(out / f"log-{name}.txt", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+           "--seeds", *map(str, seeds), "--out", str(out), "--in-process"]
+    with open(out / f"log-{name}.txt", "w") as log, subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if echo:
+                print(line, end="", flush=True)
     if proc.returncode != 0:
         raise RuntimeError(f"study {name} failed (exit {proc.returncode}); see "
                            f"{out / f'log-{name}.txt'}")
@@ -75,11 +81,16 @@ def main(argv: list[str] | None = None) -> None:
                         f"{SMOKE_JOBS} below --scale {SMOKE_SCALE})")
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--only", nargs="+", choices=list(STUDIES), default=list(STUDIES))
+    p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # a child
     a = p.parse_args(argv)
     if a.jobs is not None and a.jobs < 1:
         p.error(f"--jobs must be >= 1, got {a.jobs}")
     seeds, jobs = defaults(a.scale, a.seeds, a.jobs)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.in_process:  # one study's process, started by ``_subprocess``
+        for name in a.only:
+            STUDIES[name](a.scale, seeds, a.out)
+        return
     clock = common.Timer()
     load = common.LoadSampler()
     timing: dict[str, Any] = {
@@ -87,12 +98,11 @@ def main(argv: list[str] | None = None) -> None:
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "loadavg_at_start": os.getloadavg(), "studies": {}}
     path = _timing_path(a.out, a.only)
-    run = _in_process if jobs == 1 else _subprocess
     lock = threading.Lock()  # the studies' threads share ``timing`` and its file
 
     def one(name: str) -> None:
         t, first = common.Timer(), len(load.samples)
-        run(name, a.scale, seeds, a.out)
+        _subprocess(name, a.scale, seeds, a.out, echo=jobs == 1)
         with lock:
             during = load.samples[first:] or load.samples[-1:]
             timing["studies"][name] = {"wall_time_s": round(t(), 1),
