@@ -613,16 +613,20 @@ class LoadSampler:
         return self.summary()
 
 
-def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None) -> None:
-    """The command line every study shares: ``--scale``, ``--seeds``, ``--out``."""
+def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
+               options: Callable[[Any], None] | None = None) -> None:
+    """The command line every study shares: ``--scale``, ``--seeds``, ``--out``;
+    ``options(parser)`` adds a study's own, passed to ``run`` as keywords."""
     import argparse
 
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     p.add_argument("--out", type=Path, default=RESULTS)
-    a = p.parse_args(argv)
-    run(a.scale, tuple(a.seeds), a.out)
+    if options is not None:
+        options(p)
+    a = vars(p.parse_args(argv))
+    run(a.pop("scale"), tuple(a.pop("seeds")), a.pop("out"), **a)
 
 
 def load_config(name: str) -> dict[str, Any]:

@@ -6,9 +6,10 @@ Goals (issue 18): at coupling 4, MERL's held-out team reward >= 0.55 (the MERL p
 best logs at 2.6-3.9M frames) and above both ablations with disjoint 95% CIs.
 
     python -m experiments.rover [--scale 1.0] [--seeds 0 1 ... 9]
+    python -m experiments.rover --scale 2 --couplings 4 --arms merl es --out DIR  # 2M steps
 
-The couplings can also run as separate jobs (``run(couplings=(6,), out_dir=...)``) and
-be joined into one report by :func:`combine`.
+The couplings can also run as separate jobs (``--couplings 6``) and be joined into one
+report by :func:`combine`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.common import (
+    ABLATION_ARMS,
     RESULTS,
     SEEDS,
     Variant,
@@ -68,12 +70,17 @@ def goals(report: dict) -> list[dict]:
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"), couplings: tuple[int, ...] = COUPLINGS,
-        eval_episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+        eval_episodes: int = EVAL_EPISODES, arms: tuple[str, ...] = ABLATION_ARMS
+        ) -> dict[str, Any]:
     """Run the study; writes rover.{json,csv,png,md} and two GIFs per coupling (the best
-    MERL and MAPPO-only seeds) under ``out_dir``."""
+    MERL and MAPPO-only seeds) under ``out_dir``. ``arms`` (MERL among them) runs a subset
+    of the ablations at the same settings and budget."""
+    arms, couplings = tuple(arms), tuple(couplings)
+    if "merl" not in arms or not set(arms) <= set(ABLATION_ARMS):
+        raise ValueError(f"arms must include 'merl' and be among {ABLATION_ARMS}, got {arms}")
     variants = [Variant(f"coupling {c}", base_config(c), MAX_STEPS,
                         extra={"mappo_fixed": {"actor": {"fixed_option": 0}}},
-                        references=references(c),
+                        references=references(c), arms=arms,
                         gif_arms=("merl", "mappo_uniform"))
                 for c in couplings]
     return compare_arms("rover", variants, int(BUDGET * scale), seeds, eval_episodes,
@@ -87,8 +94,13 @@ def combine(paths: list[Path], out_dir: Path = RESULTS) -> dict[str, Any]:
     return combine_files(paths, goals, out_dir, **LABELS)
 
 
+def _options(p) -> None:
+    p.add_argument("--couplings", type=int, nargs="+", default=list(COUPLINGS))
+    p.add_argument("--arms", nargs="+", default=list(ABLATION_ARMS), choices=ABLATION_ARMS)
+
+
 def main(argv: list[str] | None = None) -> None:
-    study_main(run, __doc__, argv)
+    study_main(run, __doc__, argv, _options)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,19 @@ def test_smoke_scale_defaults_and_a_failing_study_process(tmp_path):
     assert "invalid choice: 'nosuch'" in (tmp_path / "log-nosuch.txt").read_text()
 
 
+def test_rover_arm_subsets_are_checked_before_any_training(tmp_path):
+    """``--arms`` must keep MERL (the goals compare against it) and name Rover's arms;
+    a bad set fails before anything is trained or written."""
+    from experiments import rover
+
+    for arms in [("es",), ("merl", "mappo")]:
+        with pytest.raises(ValueError, match="arms must include 'merl'"):
+            rover.run(0.01, (0, 1), tmp_path, run_root=tmp_path / "runs", arms=arms)
+    with pytest.raises(SystemExit):
+        rover.main(["--arms", "merl", "nosuch", "--out", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_reports_of_separate_jobs_merge_with_goals_recomputed():
     c4 = _report({"coupling 4": {"merl": [0.6, 0.62, 0.61], "es": [0.1, 0.12, 0.11]}}, 10.0)
     c6 = _report({"coupling 6": {"merl": [0.1, 0.3, 0.2], "es": [0.2, 0.25, 0.22]}}, 5.5)
