@@ -5,10 +5,10 @@ Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each
     python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
     python -m experiments.all --scale 0.05 --out /tmp/smoke              # smoke run
 
-Every study runs in its own process (its log in ``out/log-<study>.txt``): one process
-that compiles every study's programs exhausts the kernel's memory-map limit
-(``vm.max_map_count``, 65,530 here) and LLVM fails ("Cannot allocate memory"), as the
-first full run did 77 minutes in. A smoke run (``--scale`` below :data:`SMOKE_SCALE`)
+Every study runs in its own process (its log in ``out/log-<study>.txt``): the first full
+run, one process compiling every study's programs, died 77 minutes in with LLVM's
+"Cannot allocate memory" at 4 GB of 24, most likely the kernel's memory-map limit
+(``vm.max_map_count``, 65,530 here). A smoke run (``--scale`` below :data:`SMOKE_SCALE`)
 checks the pipeline, not the statistics: unless ``--seeds`` / ``--jobs`` say otherwise it
 trains 2 seeds (one per CPU device) and runs 2 studies at a time, since at that scale
 XLA's compilation (one core per program) dominates the wall time.
