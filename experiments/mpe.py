@@ -11,6 +11,7 @@ logging units (3 x our team return); both sides sample actions.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ def peer(steps: int) -> dict[str, Any]:
 
     got = anchor("mappo_rnn", steps)
     if got is None or "error" in got:
+        why = got["error"] if got else "../shared/anchors/jaxmarl is not beside this checkout"
+        print(f"warning: JaxMARL's MAPPO-RNN not measured ({why}); the goal compares "
+              f"against the anchor README's {README_ANCHOR}", file=sys.stderr)
         return {"source": "anchor README (not runnable here)", "final_return": README_ANCHOR,
                 **({"error": got["error"]} if got else {})}
     return {"source": "measured in this job", **got}
