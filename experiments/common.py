@@ -21,6 +21,7 @@ no training run uses, the same episodes for every arm, seed and reference policy
 
 from __future__ import annotations
 
+import argparse
 import copy
 import csv
 import dataclasses
@@ -614,11 +615,9 @@ class LoadSampler:
 
 
 def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
-               options: Callable[[Any], None] | None = None) -> None:
+               options: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
     """The command line every study shares: ``--scale``, ``--seeds``, ``--out``;
     ``options(parser)`` adds a study's own, passed to ``run`` as keywords."""
-    import argparse
-
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))

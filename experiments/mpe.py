@@ -41,11 +41,11 @@ def base_config() -> dict[str, Any]:
 
 def peer(steps: int) -> dict[str, Any]:
     """JaxMARL MAPPO-RNN at ``steps`` through the anchor (or the README's figure)."""
-    from bench.jaxmarl import anchor
+    from bench.jaxmarl import ANCHOR, anchor
 
     got = anchor("mappo_rnn", steps)
     if got is None or "error" in got:
-        why = got["error"] if got else "../shared/anchors/jaxmarl is not beside this checkout"
+        why = got["error"] if got else f"no {ANCHOR}"
         print(f"warning: JaxMARL's MAPPO-RNN not measured ({why}); the goal compares "
               f"against the anchor README's {README_ANCHOR}", file=sys.stderr)
         return {"source": "anchor README (not runnable here)", "final_return": README_ANCHOR,

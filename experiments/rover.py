@@ -14,6 +14,7 @@ report by :func:`combine`.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ def combine(paths: list[Path], out_dir: Path = RESULTS) -> dict[str, Any]:
     return combine_files(paths, goals, out_dir, **LABELS)
 
 
-def _options(p) -> None:
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--couplings", type=int, nargs="+", default=list(COUPLINGS))
     p.add_argument("--arms", nargs="+", default=list(ABLATION_ARMS), choices=ABLATION_ARMS)
 
