@@ -3,7 +3,7 @@
 - :class:`FeudalActor` — LPAC backbone, selector heads (ES), executor head (gradient).
 - :class:`CentralCritic` — MAPPO's centralized value function.
 - :func:`selector_filter` — the one definition of the selector's leaves; with
-  :func:`executor_filter`, :func:`selector_theta` and :func:`set_selector_theta`.
+  :func:`executor_filter` and :func:`es_filter` (what ES evolves).
 
 ``python -m agents.params`` prints parameter counts at default and LPAC-paper sizes.
 """
@@ -22,16 +22,7 @@ from agents.heads import (
     SkillSelector,
 )
 from agents.layers import count_params
-from agents.partition import (
-    ES_PARAMS,
-    es_filter,
-    es_theta,
-    executor_filter,
-    selector_filter,
-    selector_theta,
-    set_es_theta,
-    set_selector_theta,
-)
+from agents.partition import ES_PARAMS, es_filter, executor_filter, selector_filter
 
 __all__ = [
     "ES_PARAMS",
@@ -51,11 +42,7 @@ __all__ = [
     "SkillSelector",
     "count_params",
     "es_filter",
-    "es_theta",
     "executor_filter",
     "normalize_adjacency",
     "selector_filter",
-    "selector_theta",
-    "set_es_theta",
-    "set_selector_theta",
 ]

@@ -1,12 +1,13 @@
 """``FeudalActor``: LPAC backbone -> (selector: which skill / sub-goal) -> executor action.
 
 The rollout-facing API works on one env's swarm (obs leaves [N, ...], adjacency [N, N]);
-``jax.vmap`` it over envs, and over a population of selector thetas with
-:func:`agents.partition.set_selector_theta`. All methods are pure and jittable.
+``jax.vmap`` it over envs, and over a population of selectors (the selector's leaves are
+:func:`agents.selector_filter`'s). All methods are pure and jittable.
 
-The feudal time scale: the selector re-decides every ``selector_period`` steps (whenever
-``t % selector_period == 0``, so at ``t = 0`` of every episode) and the skill is held in
-between. The held skill is part of the rollout state: a ``[N]`` int32 array, or a
+The feudal time scale: the selector re-decides every ``selector_period`` steps
+(``ActorConfig.selector_period``, held by the actor: whenever ``t % selector_period == 0``,
+so at ``t = 0`` of every episode) and the skill is held in between. The held skill is
+part of the rollout state: a ``[N]`` int32 array, or a
 :class:`Directive` (skill and sub-goal) when the actor has a ``GoalSelector``.
 """
 
@@ -45,6 +46,7 @@ class FeudalActor(eqx.Module):
     goal_dim: int = eqx.field(static=True)
     options: str = eqx.field(static=True)  # ActorConfig.options
     fixed_option: int = eqx.field(static=True)
+    selector_period: int = eqx.field(static=True)  # ActorConfig.selector_period
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class FeudalActor(eqx.Module):
             raise ValueError(f"ActorConfig.fixed_option={config.fixed_option} but the env has "
                              f"{num_skills} options")
         self.options, self.fixed_option = config.options, config.fixed_option
+        self.selector_period = config.selector_period
 
     @classmethod
     def from_env(cls, key: KeyLike, env: Any, config: ActorConfig | None = None) -> Any:
@@ -101,13 +104,13 @@ class FeudalActor(eqx.Module):
 
     # ------------------------------------------------------------------ rollout API
     def select_skills(
-        self, obs: Any, adj: jax.Array, prev_skill: Held, t: jax.Array, selector_period: int,
+        self, obs: Any, adj: jax.Array, prev_skill: Held, t: jax.Array,
         key: jax.Array | None = None,
     ) -> Held:
         """The skill to pursue now: the option chosen when ``t % selector_period == 0``
         (the selector logits' argmax, or see ``ActorConfig.options``; ``key`` is needed
         for "uniform"), else ``prev_skill``. Returns the type it was given."""
-        return self._select(self.embed(obs, adj), prev_skill, t, selector_period, key)
+        return self._select(self.embed(obs, adj), prev_skill, t, key)
 
     def act(
         self,
@@ -127,7 +130,6 @@ class FeudalActor(eqx.Module):
         adj: jax.Array,
         prev_skill: Held,
         t: jax.Array,
-        selector_period: int,
         deterministic: bool = False,
         explore: float = 0.0,
     ) -> tuple[Held, ActOut]:
@@ -141,7 +143,7 @@ class FeudalActor(eqx.Module):
         k_opt = None
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
-        skill = self._select(h, prev_skill, t, selector_period, k_opt, explore)
+        skill = self._select(h, prev_skill, t, k_opt, explore)
         return skill, self._act(key, h, skill, deterministic)
 
     def evaluate(
@@ -164,12 +166,11 @@ class FeudalActor(eqx.Module):
         held = jnp.asarray(held)
         return held, jnp.zeros((*held.shape, 0), jnp.float32)
 
-    def _select(self, h: jax.Array, prev: Held, t: jax.Array, period: int,
-                key: jax.Array | None = None, explore: float = 0.0) -> Held:
-        if isinstance(period, int) and period < 1:
-            raise ValueError(f"selector_period must be >= 1, got {period}")
+    def _select(self, h: jax.Array, prev: Held, t: jax.Array, key: jax.Array | None = None,
+                explore: float = 0.0) -> Held:
         prev_skill, prev_goal = self._unpack(prev)
-        decide = jnp.broadcast_to(jnp.asarray(t) % period == 0, prev_skill.shape)
+        decide = jnp.broadcast_to(jnp.asarray(t) % self.selector_period == 0,
+                                  prev_skill.shape)
         shape, k = prev_skill.shape, self.num_skills
         if self.options == "fixed":
             new_skill = jnp.full(shape, self.fixed_option, jnp.int32)

@@ -44,6 +44,11 @@ class ActorConfig:
     # (always option ``fixed_option``: the single-option ablation)
     options: str = "learned"
     fixed_option: int = 0
+    # the feudal time scale: env steps between the selector's decisions (it decides at
+    # t = 0 of every episode and whenever t % selector_period == 0; the option is held in
+    # between). It belongs to the actor: MAPPO's collection, ES fitness episodes, the
+    # host path and evaluation all read it from the actor they run
+    selector_period: int = 10
     goal_dim: int = 0  # sub-goal size of the GoalSelector; 0 = no GoalSelector
     # --- executor head (gradient parameters) ---
     skill_embed_dim: int = 0  # 0 = condition on the skill one-hot; >0 = learned embedding
@@ -83,6 +88,7 @@ class ActorConfig:
         if self.options not in OPTION_MODES:
             raise ValueError(f"{c}.options must be one of {OPTION_MODES}, got {self.options!r}")
         check_int(f"{c}.fixed_option", self.fixed_option, 0)
+        check_int(f"{c}.selector_period", self.selector_period, 1)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"{c}.activation must be one of {ACTIVATIONS}, got "
                              f"{self.activation!r}")

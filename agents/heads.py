@@ -187,7 +187,7 @@ class CategoricalHead(eqx.Module):
         logp_all = jax.nn.log_softmax(jax.vmap(self.logits)(x))
         # the action's log-prob by a one-hot product, not an index: the gradient of an
         # index is a scatter-add, which XLA:CPU runs serially (PPO's update differentiates
-        # this; a one-hot product made MAPPO's step on MPE 1.19x faster, same values)
+        # this; same values, a faster step: bench/RESULTS.md, "Design choices measured")
         pick = jax.nn.one_hot(action.astype(jnp.int32), logp_all.shape[-1], dtype=logp_all.dtype)
         return jnp.sum(logp_all * pick, axis=-1), _cat_entropy(logp_all)
 

@@ -72,7 +72,8 @@ class Linear(eqx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         # x @ W^T, not W @ x: under vmap the batch stays the leading (row) axis of one
-        # matmul, which XLA:CPU runs about 1.15x faster in MAPPO's train step (bench/mappo.py)
+        # matmul, which XLA:CPU runs faster in MAPPO's train step (bench/RESULTS.md,
+        # "Design choices measured")
         return x @ self.weight.T + self.bias
 
 
@@ -127,9 +128,9 @@ def conv_hwc(x: jax.Array, w: jax.Array, stride: int) -> jax.Array:
     """Same-padded convolution of one [H, W, C_in] image with an HWIO kernel.
 
     The forward pass and the input gradient are XLA convolutions; the kernel gradient is
-    an im2col matmul (patches^T @ output gradient), which XLA's CPU backend runs about
-    1.5-2.5x faster than the convolution it would otherwise emit for it (the PPO update's
-    dominant cost with the default actor; bench/RESULTS.md, MAPPO).
+    an im2col matmul (patches^T @ output gradient), which XLA's CPU backend runs faster
+    than the convolution it would otherwise emit for it (the PPO update's dominant cost
+    with the default actor; bench/RESULTS.md, "Design choices measured").
     """
     return _conv_hwc(x, w, stride)
 

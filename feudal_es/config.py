@@ -20,8 +20,10 @@ from typing import Any
 
 from agents import ActorConfig, CriticConfig
 from envs.validate import check_bool, check_int, check_ints, check_number
-from feudal_es.es import ESConfig
+from feudal_es.evolution import ESConfig
 from feudal_es.mappo import MAPPOConfig
+from feudal_es.modes import MODES as _MODES
+from feudal_es.modes import Mode, mode
 
 __all__ = [
     "BACKENDS",
@@ -34,13 +36,13 @@ __all__ = [
     "parse_assignment",
 ]
 
-# merl: ES on the selector + MAPPO on the executor; es: ES on the whole actor (MERL's
-# EA-only ablation); es-selector: ES on the selector over a frozen executor; mappo: MAPPO
-# on the executor, options from the (frozen) selector or as ActorConfig.options says
-MODES = ("merl", "es", "es-selector", "mappo")
+MODES = tuple(_MODES)  # what TrainerConfig.mode may name (feudal_es.modes says what each does)
 BACKENDS = ("serial", "ray")
 NESTED_CONFIGS: dict[str, type] = {"es": ESConfig, "mappo": MAPPOConfig, "actor": ActorConfig,
                                    "critic": CriticConfig}
+# settings that moved to their owner: old dotted path -> new one (older config files,
+# checkpoints and --set spellings still read)
+MOVED = {"mappo.selector_period": "actor.selector_period"}
 
 # A compact actor for CPU runs: the default CNN/GNN sizes compile and run slowly on a
 # laptop-class CPU; this one keeps `feudal-es demo` within a couple of minutes.
@@ -54,6 +56,33 @@ COMPACT_ACTOR = ActorConfig(cnn_channels=(8,), cnn_strides=(2,), cnn_out=16, vec
 # the compact CNN actor, so MAPPO trains at the speed of the JaxMARL baselines
 VEC_ACTOR = ActorConfig(vec_hidden=(), vec_out=64, gnn_layers=0, embed_hidden=(), embed_dim=64,
                         executor_hidden=(64,), activation="relu")
+
+
+def _move_settings(owner: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (the nested configs, as given) with every :data:`MOVED` setting given at
+    its old path moved to its new one; refused when both paths give different values."""
+    out = dict(values)
+    for old, new in MOVED.items():
+        (src, key), (dst, new_key) = old.split("."), new.split(".")
+        if not isinstance(out.get(src), Mapping) or key not in out[src]:
+            continue
+        moved = {k: v for k, v in out[src].items() if k != key}
+        value = out[src][key]
+        target = out.get(dst, {})
+        if isinstance(target, Mapping):
+            if new_key in target and target[new_key] != value:
+                raise ValueError(f"{owner}: {old}={value!r} and {new}={target[new_key]!r} "
+                                 f"disagree ({old} is the older name of {new}; give one)")
+            target = {**target, new_key: value}
+        else:  # an instance: a field left at its default yields; another value conflicts
+            current = getattr(target, new_key)
+            default = next(f.default for f in dataclasses.fields(target) if f.name == new_key)
+            if current != value and current != default:
+                raise ValueError(f"{owner}: {old}={value!r} and {new}={current!r} disagree "
+                                 f"({old} is the older name of {new}; give one)")
+            target = dataclasses.replace(target, **{new_key: value})
+        out[src], out[dst] = moved, target
+    return out
 
 
 def _nested(owner: str, name: str, value: Any) -> Any:
@@ -130,8 +159,10 @@ class TrainerConfig:
         if not isinstance(self.env_kwargs, Mapping):
             raise TypeError(f"{c}.env_kwargs must be a dict, got "
                             f"{type(self.env_kwargs).__name__}")
-        if self.mode not in MODES:
-            raise ValueError(f"{c}.mode must be one of {MODES}, got {self.mode!r}")
+        try:
+            mode(self.mode)
+        except ValueError as e:
+            raise ValueError(f"{c}.{e}") from None
         if self.backend not in BACKENDS:
             raise ValueError(f"{c}.backend must be one of {BACKENDS}, got {self.backend!r}")
         for name, low in (("n_outer", 1), ("grad_steps_per_outer", 1), ("episodes", 1),
@@ -151,8 +182,9 @@ class TrainerConfig:
         object.__setattr__(self, "seeds", check_ints(f"{c}.seeds", seeds, 0))
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"{c}.seeds must be distinct, got {list(self.seeds)}")
+        nested = _move_settings(c, {name: getattr(self, name) for name in NESTED_CONFIGS})
         for name in NESTED_CONFIGS:
-            object.__setattr__(self, name, _nested(c, name, getattr(self, name)))
+            object.__setattr__(self, name, _nested(c, name, nested[name]))
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         try:
             json.dumps(self.env_kwargs)
@@ -189,20 +221,25 @@ class TrainerConfig:
         return cls.from_dict(data)
 
     @property
+    def plan(self) -> Mode:
+        """What :attr:`mode` does (:class:`feudal_es.modes.Mode`)."""
+        return mode(self.mode)
+
+    @property
     def trains_executor(self) -> bool:
-        """Whether MAPPO trains the executor (modes merl and mappo)."""
-        return self.mode in ("merl", "mappo")
+        """Whether MAPPO trains the executor each round (:attr:`plan`)."""
+        return self.plan.trains_executor
 
     @property
     def runs_es(self) -> bool:
-        """Whether each round runs an ES generation (every mode but mappo)."""
-        return self.mode != "mappo"
+        """Whether each round runs an ES generation (:attr:`plan`)."""
+        return self.plan.runs_es
 
     @property
     def es_params(self) -> str:
-        """What ES evolves (agents.ES_PARAMS): the whole actor in mode "es", else the
-        selector."""
-        return "actor" if self.mode == "es" else "selector"
+        """What ES evolves (agents.ES_PARAMS): the selector, or the whole actor
+        (:attr:`plan`)."""
+        return self.plan.es_params
 
     @property
     def run_seeds(self) -> tuple[int, ...]:
@@ -218,7 +255,15 @@ class TrainerConfig:
         "env_kwargs.num_agents": 4, "n_outer": 3}``."""
         data = self.to_dict()
         names = list(data)
+        given: dict[str, tuple[str, Any]] = {}
         for path, value in assignments.items():
+            new = MOVED.get(path, path)
+            if new in given and given[new][1] != value:
+                raise ValueError(f"settings {given[new][0]}={given[new][1]!r} and "
+                                 f"{path}={value!r} disagree (one is the older name of "
+                                 "the other; give one)")
+            given[new] = (path, value)
+        for path, value in ((new, v) for new, (_, v) in given.items()):
             head, _, rest = path.partition(".")
             if head not in names:
                 close = difflib.get_close_matches(head, names, n=3)
@@ -258,8 +303,8 @@ def demo_config() -> TrainerConfig:
         episodes=4,
         es=ESConfig(pop_size=16, sigma=0.1, lr=0.05, optimizer="adam"),
         mappo=MAPPOConfig(num_envs=8, num_steps=40, epochs=4, minibatches=2,
-                          selector_period=8, lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
-        actor=COMPACT_ACTOR,
+                          lr=3e-3, critic_lr=3e-3, ent_coef=0.0),
+        actor=dataclasses.replace(COMPACT_ACTOR, selector_period=8),
         critic=CriticConfig(hidden=(64, 64)),
         checkpoint_every=5,
     )

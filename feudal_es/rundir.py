@@ -23,11 +23,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from feudal_es import checkpoint
+from feudal_es import checkpoint, modes
 from feudal_es.atomic import atomic_write, atomic_write_text
 
 __all__ = ["CAPTION", "LABELS", "RunDir", "check_new_run_dir", "clean", "default_run_dir",
-           "plot_history"]
+           "plot_history", "seed_dirs", "write_config"]
 
 log = logging.getLogger("feudal_es.rundir")
 
@@ -43,6 +43,26 @@ def clean(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def write_config(path: str | os.PathLike, config: dict[str, Any]) -> Path:
+    """A config as indented JSON, replaced atomically."""
+    return atomic_write_text(path, json.dumps(config, indent=2) + "\n")
+
+
+_SEED_DIR = re.compile(r"^seed_(\d+)$")
+
+
+def seed_dirs(run_dir: str | os.PathLike) -> dict[int, Path]:
+    """The seed subdirectories ``seed_<s>`` of a many-seed run directory, by seed."""
+    run_dir = Path(run_dir)
+    found = {}
+    if run_dir.is_dir():
+        for p in run_dir.iterdir():
+            m = _SEED_DIR.match(p.name)
+            if m and p.is_dir():
+                found[int(m.group(1))] = p
+    return dict(sorted(found.items()))
 
 
 def default_run_dir(env_id: str, mode: str, root: str | os.PathLike = "runs") -> Path:
@@ -68,10 +88,6 @@ LABELS = {
 CAPTION = ("selector: the current selector (ES mean θ) on the evaluation episodes; pop. best / "
            "mean: this generation's perturbed members θ+σε on the fitness episodes (other "
            "episodes, and perturbed, so they can sit below the selector).")
-_FROZEN = {"es": "executor evolved by ES, no MAPPO (mode es)",
-           "es-selector": "executor frozen: no MAPPO (mode es-selector)",
-           "mappo": "selector not evolved (mode mappo)"}
-
 
 def plot_history(history: list[dict], path: Path, title: str,
                  mode: str | None = None) -> Path | None:
@@ -117,9 +133,11 @@ def plot_history(history: list[dict], path: Path, title: str,
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    for ax, frozen in ((ax1, mode == "mappo"), (ax2, mode in ("es", "es-selector"))):
+    plan = None if mode is None else modes.mode(mode)
+    for ax, frozen in ((ax1, plan is not None and not plan.runs_es),
+                       (ax2, plan is not None and not plan.trains_executor)):
         if frozen or (ax is ax2 and not drawn):
-            ax.text(0.5, 0.5, _FROZEN.get(mode, "no MAPPO rounds"), ha="center",
+            ax.text(0.5, 0.5, plan.frozen if frozen else "no MAPPO rounds", ha="center",
                     va="center", transform=ax.transAxes, fontsize=9, color="0.3")
     fig.suptitle(title, fontsize=10)
     fig.text(0.5, 0.01, CAPTION, ha="center", va="bottom", fontsize=7, wrap=True)
@@ -217,7 +235,7 @@ class RunDir:
             self.write_config(config)
 
     def write_config(self, config: dict[str, Any]) -> None:
-        atomic_write_text(self.config, json.dumps(config, indent=2) + "\n")
+        write_config(self.config, config)
 
     # --- per round ------------------------------------------------------------------------
     def append_metrics(self, row: dict[str, Any]) -> None:

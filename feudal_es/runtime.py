@@ -20,8 +20,8 @@ import numpy as np
 from agents import CentralCritic, FeudalActor
 from feudal_es import es, mappo
 from feudal_es.config import TrainerConfig
+from feudal_es.functions import jax_functions
 from feudal_es.resolve import ResolvedEnv
-from feudal_es.rollout import jax_functions
 
 __all__ = ["HostRuntime", "JaxRuntime", "make_runtime"]
 
@@ -40,7 +40,7 @@ def _initial(actor: FeudalActor, config: TrainerConfig) -> FeudalActor:
 
 class JaxRuntime:
     """A functional env on the pure-JAX path: jitted train step, population rollouts and
-    ES generation from :func:`feudal_es.rollout.jax_functions` (shared by trainers)."""
+    ES generation from :func:`feudal_es.functions.jax_functions` (shared by trainers)."""
 
     kind = "jax"
 
@@ -123,12 +123,12 @@ class HostRuntime:
         self.skill_names = self.spec.skill_names
         self._probe = probe  # the collector's first copy, built lazily with the state
         self.collector: host.HostCollector | None = None
-        self.update = host.host_update(config.mappo, self.spec.observation_space,
-                                       config.actor)
+        self.update = host.host_update(config.mappo, mappo.uses_fused_update(
+            config.mappo, self.spec.observation_space, config.actor))
         make_evaluator = functools.partial(
             host.HostEvaluator, env.make, self.spec, config.episodes,
-            config.mappo.selector_period, config.deterministic_eval,
-            config.max_episode_steps, config.episode_timeout, config.es_params)
+            config.deterministic_eval, config.max_episode_steps, config.episode_timeout,
+            config.es_params)
         self.evaluator = make_evaluator()  # one member at a time (the current selector)
         self.population_evaluator: Any = self.evaluator  # populations (P > 1)
         if config.backend == "ray":

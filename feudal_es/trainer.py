@@ -1,42 +1,48 @@
-"""``ESTrainer``: the MERL loop end to end — MAPPO on the executor, ES on the selector.
+"""``ESTrainer``: one run of a config, one seed or many seeds in one program.
 
-One trainer owns one run: a :class:`~feudal_es.config.TrainerConfig`, the runtime of its
-env's path (:mod:`feudal_es.runtime`: the pure-JAX path for functional envs, the host path
-for any PettingZoo ``ParallelEnv``), the MAPPO train state whose actor holds the current
-selector, the ES state, and the run directory (:class:`~feudal_es.rundir.RunDir`). Each
-round is :func:`feudal_es.es.merl_coexist`'s: gradient steps, the learner's selector
-injected into the ES mean, one ES generation on team fitness, the evolved selector
-written back; then the round is evaluated, logged and checkpointed.
+Each round is :func:`feudal_es.loop.merl_round` — gradient steps on the executor, the
+learner's ES leaves injected into the ES mean, one ES generation on team fitness, the
+evolved leaves written back — over functions chosen once from the config
+(:meth:`ESTrainer.round_fns`): the runtime's for one seed (:mod:`feudal_es.runtime`: the
+pure-JAX path for functional envs, the host path for any PettingZoo ``ParallelEnv``), or
+the same pieces ``vmap``-ped over a leading seed axis for many (the purejaxrl way: seeds
+as a batch axis, split over the devices; :func:`feudal_es.functions.seed_functions`).
+Each seed's part of a round goes to its :class:`~feudal_es.recorder.RunRecorder` (rows,
+best selector, plot, checkpoints); many seeds write ``run_dir/seed_<s>/``, each a
+complete run directory.
 
-Keys come from the seed by a fixed derivation (:mod:`feudal_es.keys`), so a resumed run
-repeats exactly what the uninterrupted run would have done (JAX path, same machine).
+Keys come from each seed by a fixed derivation (:mod:`feudal_es.keys`), so a resumed run
+repeats exactly what the uninterrupted run would have done (same program, same machine).
+Many seeds equal the same seeds one by one up to float reassociation (another program).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import FeudalActor, es_theta, selector_theta, set_es_theta
-from feudal_es import checkpoint, es, mappo
+from agents import FeudalActor
+from feudal_es import es, mappo
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
+from feudal_es.functions import SeedFunctions, seed_functions
 from feudal_es.keys import KeySchedule, chain_key, root_keys
-from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env, resolve_stored_env
-from feudal_es.rundir import LABELS, RunDir, clean, default_run_dir
+from feudal_es.loop import EveryCandidateFailed, RoundFns, RoundState, merl_round
+from feudal_es.recorder import Progress, RunRecorder, round_row, step_metrics
+from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
+from feudal_es.rundir import check_new_run_dir, clean, default_run_dir, write_config
 from feudal_es.runtime import make_runtime
 from feudal_es.sharding import committed
 from feudal_es.signals import StopOnSignals, TrainingInterrupted
+from feudal_es.theta import es_theta, selector_theta, set_es_theta
 
 __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
            "TrainingInterrupted", "UntrustedEnvError", "chain_key", "parse_assignment",
@@ -45,69 +51,138 @@ __all__ = ["MODES", "ESTrainer", "KeySchedule", "ResolvedEnv", "TrainerConfig",
 log = logging.getLogger("feudal_es.trainer")
 
 
+def stack(trees: list[Any]) -> Any:
+    """Pytrees of one structure stacked along a new leading (seed) axis; non-array
+    leaves (an Equinox module's static parts) from the first."""
+    arrays = [eqx.filter(t, eqx.is_array) for t in trees]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
+    return eqx.combine(stacked, eqx.filter(trees[0], eqx.is_array, inverse=True))
+
+
 class ESTrainer:
     """Builds everything a run needs from a :class:`TrainerConfig` and runs it.
 
-    Attributes: ``config``, ``env`` (:class:`ResolvedEnv`), ``runtime`` (its path's
-    :class:`~feudal_es.runtime.JaxRuntime` or :class:`~feudal_es.runtime.HostRuntime`),
-    ``keys`` (:class:`KeySchedule`), ``ts`` (the MAPPO train state, whose actor holds the
-    current selector), ``es_state``, ``round`` (rounds completed), ``history`` (one dict
-    per round, the rows of ``metrics.jsonl``), ``round_metrics`` (this round's MAPPO
-    metrics so far), ``run_dir`` (set by the first :meth:`run` when not given).
+    ``config.seeds`` with two or more seeds trains them all in one program (JAX path
+    only); otherwise the one seed ``config.seed`` (or ``config.seeds[0]``).
+
+    Attributes: ``config``, ``seeds``, ``env`` (:class:`ResolvedEnv`), ``runtime`` (its
+    path's :class:`~feudal_es.runtime.JaxRuntime` or
+    :class:`~feudal_es.runtime.HostRuntime`), ``state`` (:class:`RoundState`: the MAPPO
+    train state, whose actor holds the current selector, and the ES state; stacked over
+    seeds when there are several), ``round`` (rounds completed), ``histories`` (per seed,
+    one dict per round: the rows of ``metrics.jsonl``), ``recorders`` (per seed),
+    ``run_dir``. One seed also has ``ts``, ``es_state``, ``keys``, ``history``,
+    ``best_fitness`` and ``rundir``.
     """
 
     def __init__(self, config: TrainerConfig, run_dir: str | os.PathLike | None = None,
                  resolved: ResolvedEnv | None = None):
         if not isinstance(config, TrainerConfig):
             raise TypeError(f"config must be a TrainerConfig, got {type(config).__name__}")
-        self.config = config
+        if len(config.seeds) == 1:  # one seed listed: a one-seed run of that seed
+            config = config.for_seed(config.seeds[0])
+        self.config, self.seeds = config, config.run_seeds
+        self.many = len(self.seeds) > 1
         self.env = resolved or resolve_env(config.env, config.env_kwargs)
-        self.runtime = make_runtime(config, self.env)
-        self.keys = root_keys(config.seed)
-        self.ts = committed(self.runtime.init_train_state(self.keys.init))
-        self.es_state = committed(es.init(self.theta_of(self.ts.actor), config.es))
-        self.run_dir = Path(run_dir) if run_dir is not None else None
+        if self.many and self.env.kind != "jax":
+            raise ValueError(
+                f"env {config.env!r} runs on the host path (a Python PettingZoo env): many "
+                "seeds in one program need a functional (JAX) env; train its seeds one at "
+                "a time (TrainerConfig.seed)")
+        configs = [config.for_seed(s) for s in self.seeds] if self.many else [config]
+        self.runtime = make_runtime(configs[0], self.env)
+        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(
+            config.env, config.mode)
+        self._keys = [root_keys(s) for s in self.seeds]
+        states = [self._initial_state(k) for k in self._keys]
+        actor = states[0].learner.actor
+        self.selector_size = int(selector_theta(actor).shape[0])
+        self.theta_size = int(self.theta_of(actor).shape[0])  # what ES evolves
+        self.batched: SeedFunctions | None = None
+        if self.many:
+            self.batched = seed_functions(configs[0], self.runtime.core, len(self.seeds))
+            states = [self.batched.place(stack(states))]
+        self.state = states[0]
+        self.recorders = [RunRecorder(c, self.run_dir / f"seed_{c.seed}" if self.many
+                                      else self.run_dir) for c in configs]
         self.round = 0
-        self.history: list[dict] = []
-        self.best_fitness = -math.inf
-        self.round_metrics: list[dict] = []
-        self._pending: list[tuple[dict, jax.Array]] = []  # train steps not yet fetched
-        self._t_grad = 0.0
-        self._rundir: RunDir | None = None
+        self.histories: list[list[dict]] = [[] for _ in self.seeds]
         self._fresh = True  # built from a config, not restored from a checkpoint
-        self._wall_offset, self._t_start, self._t_round = 0.0, 0.0, 0.0
-        self._pbar: Any = None
-        self._end = 0
-        self._user_on_round: Callable[[dict], None] | None = None
+        self._chain: tuple[int, list[jax.Array]] = (0, [k.es for k in self._keys])
+        self._t_start, self._end, self._pbar = 0.0, 0, None  # _pbar: a Progress
         self._stop = StopOnSignals(lambda: self.round)
+        self.fns = self.round_fns()
 
-    # --- fitness -------------------------------------------------------------------
+    def _initial_state(self, keys: KeySchedule) -> RoundState:
+        ts = committed(self.runtime.init_train_state(keys.init))
+        return RoundState(ts, committed(es.init(self.theta_of(ts.actor), self.config.es)))
+
+    # --- one seed's view -------------------------------------------------------------
+    def _one(self, what: str) -> None:
+        if self.many:
+            raise ValueError(f"{what} is one seed's; this trainer has seeds "
+                             f"{list(self.seeds)} (see histories, recorders, seed_states())")
+
     @property
-    def selector_size(self) -> int:
-        return int(selector_theta(self.ts.actor).shape[0])
+    def ts(self) -> mappo.TrainState:
+        """The MAPPO train state (stacked over seeds when there are several)."""
+        return self.state.learner
 
+    @ts.setter
+    def ts(self, value: mappo.TrainState) -> None:
+        self.state = self.state._replace(learner=value)
+
+    @property
+    def es_state(self) -> es.ESState:
+        """The ES state (stacked over seeds when there are several)."""
+        return self.state.es
+
+    @property
+    def keys(self) -> KeySchedule:
+        self._one("keys")
+        return self._keys[0]
+
+    @property
+    def history(self) -> list[dict]:
+        self._one("history")
+        return self.histories[0]
+
+    @property
+    def best_fitness(self) -> float:
+        self._one("best_fitness")
+        return self.recorders[0].best_fitness
+
+    @property
+    def rundir(self) -> Any:
+        self._one("rundir")
+        return self.recorders[0].rundir
+
+    def seed_states(self) -> list[RoundState]:
+        """The current state of each seed (one jitted unstack when batched)."""
+        if not self.many:
+            return [self.state]
+        return [RoundState(*s) for s in self.batched.unstack(tuple(self.state))]
+
+    # --- fitness (one seed, or any actor) ---------------------------------------------------
     def theta_of(self, actor: FeudalActor) -> jax.Array:
         """What ES evolves (``config.es_params``: the selector, or the whole actor)."""
         return es_theta(actor, self.config.es_params)
-
-    @property
-    def theta_size(self) -> int:
-        """The number of parameters ES evolves."""
-        return int(self.theta_of(self.ts.actor).shape[0])
 
     @property
     def skill_names(self) -> tuple[str, ...]:
         return tuple(self.runtime.skill_names)
 
     def round_eval_key(self, round_: int | None = None) -> jax.Array:
-        """The key of round ``round_``'s per-member ``eval_fn`` episodes."""
+        """The key of round ``round_``'s fitness episodes on the host path."""
         return jax.random.fold_in(self.keys.eval, self.round if round_ is None else round_)
 
     def rollout_stats(self, thetas: jax.Array, key: jax.Array, actor: FeudalActor | None = None,
                       episodes: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Team returns ``[P, E]`` and final-step env metrics ``{name: [P, E]}`` of
         ``thetas[P, D]`` on the ``E`` episodes derived from ``key`` (same for all)."""
-        actor = self.ts.actor if actor is None else actor
+        if actor is None:
+            self._one("the default actor")
+            actor = self.ts.actor
         e = self.config.episodes if episodes is None else int(episodes)
         return self.runtime.returns(actor, jnp.atleast_2d(jnp.asarray(thetas, jnp.float32)),
                                     key, e)
@@ -123,303 +198,272 @@ class ESTrainer:
         key = self.round_eval_key() if key is None else key
         return float(self.rollout_stats(jnp.asarray(theta)[None], key)[0].mean())
 
-    # --- the sync hooks (the one ES partition) -----------------------------------------
-    def sync_in(self, ts: mappo.TrainState, theta: jax.Array) -> jax.Array:
-        """The gradient learner's ES leaves, read out of ``ts.actor`` (MERL injection)."""
-        del theta
-        self.flush_mappo()  # the round's gradient steps are done
-        return self.theta_of(ts.actor)
+    def evaluate(self, key: jax.Array, episodes: int) -> tuple[np.ndarray, dict]:
+        """Every seed's current selector on the ``episodes`` episodes of
+        ``split(key, episodes)`` (the same for every seed): team returns ``[S, E]`` and
+        final env metrics ``{name: [S, E]}``."""
+        if not self.many:
+            ret, metrics = self.rollout_stats(self.theta_of(self.ts.actor)[None], key,
+                                              episodes=episodes)
+        else:
+            b = self.batched
+            keys = b.place(jnp.stack([jax.random.split(key, episodes)] * len(self.seeds)))
+            ret, metrics = jax.device_get(b.returns(self.ts.actor,
+                                                    b.selector(self.ts.actor)[:, None], keys))
+            ret, metrics = ret[:, 0], {k: v[:, 0] for k, v in metrics.items()}
+        return np.asarray(ret), {k: np.asarray(v) for k, v in metrics.items()}
 
-    def sync_out(self, ts: mappo.TrainState, theta: jax.Array) -> mappo.TrainState:
-        """``ts`` with the evolved leaves written into its actor."""
-        return ts._replace(actor=set_es_theta(ts.actor, theta, self.config.es_params))
+    # --- the round's functions, chosen once ---------------------------------------------
+    def round_fns(self) -> RoundFns:
+        """The pieces of :func:`~feudal_es.loop.merl_round` for this config: MAPPO's
+        guarded train step (when the mode trains the executor), the ES generation (when it
+        runs ES), the sync hooks on ``config.es_params`` and the current selector's
+        evaluation episodes; batched over seeds when there are several."""
+        cfg, rt, params = self.config, self.runtime, self.config.es_params
+        if self.many:
+            b = self.batched
+            eval_keys = b.place(jnp.stack([jax.random.split(k.eval, cfg.episodes)
+                                           for k in self._keys]))
+            guarded, sync_out = b.guarded_step, b.with_selector
+            sync_in = lambda ts, theta: b.selector(ts.actor)
+            generation = lambda keys, state, ts: b.generation(keys[0], state, ts.actor)
+            evaluate = lambda ts: b.returns(ts.actor, b.selector(ts.actor)[:, None],
+                                            eval_keys)
+        else:
+            guarded = rt.guarded_step
+            sync_in = lambda ts, theta: es_theta(ts.actor, params)
+            sync_out = lambda ts, theta: ts._replace(actor=set_es_theta(ts.actor, theta,
+                                                                        params))
+            generation = lambda keys, state, ts: rt.generation(keys[0], state, ts.actor,
+                                                               keys[1])
+            evaluate = lambda ts: rt.returns(ts.actor, es_theta(ts.actor, params)[None],
+                                             self._keys[0].eval, cfg.episodes)
 
-    # --- gradient side ---------------------------------------------------------------
-    def gradient_step(self, ts: mappo.TrainState) -> mappo.TrainState:
-        """One MAPPO train step (identity in ``es`` mode). A non-finite update is skipped:
-        the learner keeps its last finite state, the rollout moves on. The step's metrics
-        stay on device until :meth:`flush_mappo` (no host sync per step, so the next step
-        is dispatched while this one runs)."""
-        if not self.config.trains_executor:
-            return ts
-        if not self._pending:
-            self._t_grad = time.perf_counter()
-        ts, metrics, skipped = self.runtime.guarded_step(ts)
-        self._pending.append((metrics, skipped))
-        return ts
+        def step(ts: mappo.TrainState) -> tuple[mappo.TrainState, tuple[dict, jax.Array]]:
+            ts, metrics, skipped = guarded(ts)
+            return ts, (metrics, skipped)
 
-    def flush_mappo(self) -> None:
-        """Fetch the pending train steps' metrics in one transfer and record them; ``sps``
-        is the steps' env steps per wall second since the first of them was dispatched."""
-        if not self._pending:
-            return
-        pending, self._pending = jax.device_get(self._pending), []
-        sps = len(pending) * self.config.mappo.batch_size / (time.perf_counter() - self._t_grad)
-        for metrics, skipped in pending:
-            self.record_mappo({**{k: float(v) for k, v in metrics.items()},
-                               "skipped_updates": float(skipped), "sps": sps})
+        return RoundFns(num_candidates=cfg.es.num_candidates,
+                        grad_steps=cfg.grad_steps_per_outer,
+                        step=step if cfg.trains_executor else None, sync_in=sync_in,
+                        generation=generation if cfg.runs_es else None, sync_out=sync_out,
+                        evaluate=evaluate)
 
-    def record_mappo(self, metrics: dict[str, float]) -> None:
-        """Keep one train step's (host) metrics for the round's row; warn about a skipped
-        (non-finite) update."""
-        if metrics["skipped_updates"]:
-            bad = [k for k in mappo.LOSS_KEYS if k in metrics and not math.isfinite(metrics[k])]
-            log.warning("round %d: MAPPO update skipped: non-finite %s; the executor and "
-                        "critic keep their last finite parameters", self.round,
-                        ", ".join(bad) if bad else "parameters after the update")
-        self.round_metrics.append(metrics)
+    def round_keys(self, round_: int) -> tuple[Any, jax.Array | None]:
+        """Round ``round_``'s keys: its ES generation's (each seed's ES key chain advanced
+        ``round_`` times, then split; stacked over seeds) and, for one seed, the host
+        path's fitness episodes' (:meth:`round_eval_key`)."""
+        at, chain = self._chain
+        if at != round_:
+            chain = [chain_key(k.es, round_) for k in self._keys]
+        pairs = [jax.random.split(c) for c in chain]
+        self._chain = (round_ + 1, [p[0] for p in pairs])
+        if self.many:
+            return self.batched.place(jnp.stack([p[1] for p in pairs])), None
+        return pairs[0][1], jax.random.fold_in(self._keys[0].eval, round_)
 
     # --- run ---------------------------------------------------------------------------
-    @property
-    def rundir(self) -> RunDir:
-        """The run directory (``runs/<env>-<mode>-<time>`` unless one was given)."""
-        if self._rundir is None:
-            if self.run_dir is None:
-                self.run_dir = default_run_dir(self.config.env, self.config.mode)
-            self._rundir = RunDir(self.run_dir, self.config.keep_checkpoints)
-        return self._rundir
-
     def run(self, rounds: int | None = None, progress: bool = False,
-            on_round: Callable[[dict], None] | None = None) -> list[dict]:
+            on_round: Callable[[Any], None] | None = None) -> Any:
         """Run up to ``rounds`` more outer rounds (default: until ``config.n_outer``).
 
         Writes ``config.json``, one ``metrics.jsonl`` row per round, the learning curve,
         checkpoints every ``checkpoint_every`` rounds and at the end, the best selector
         whenever the selector's fitness improves, and (when the run reaches ``n_outer``)
-        the final episode GIF. Returns the history (all rounds so far).
+        the final episode GIF; per seed with several. ``on_round`` gets each round's row
+        (a list of rows, one per seed, with several). Returns :attr:`history` (one seed)
+        or :attr:`histories`.
 
         Ctrl-C (SIGINT) or SIGTERM, on the main thread: the current round is finished and
         checkpointed, then :class:`TrainingInterrupted` (a ``KeyboardInterrupt``) is
         raised; a second signal stops at once, keeping every completed round. A fresh
         trainer refuses a run directory that already holds checkpoints (resume it).
         """
-        cfg = self.config
         start = self.round
-        end = cfg.n_outer if rounds is None else min(cfg.n_outer, start + int(rounds))
-        if end <= start:
-            return self.history
-        self.start_rounds(end, on_round)
+        end = self.config.n_outer if rounds is None else min(self.config.n_outer,
+                                                              start + int(rounds))
+        if end > start:
+            self._start(end, progress)
+            try:
+                with self._stop:
+                    for r in range(start, end):
+                        rows = self._round(r)
+                        if on_round is not None:
+                            on_round(rows if self.many else rows[0])
+                        if self._stop.signum is not None and self.round < end:
+                            self.save_checkpoint(if_new=True)
+                            self._stop.stop(self.round)
+            except KeyboardInterrupt:
+                if self.round > start:
+                    self.save_checkpoint(if_new=True)
+                raise
+            except FloatingPointError as e:  # every ES member non-finite: nothing written
+                raise self._unwritten(e) from None
+            finally:
+                self._stop_clock()
+            self._final_gifs()
+        return self.histories if self.many else self.history
+
+    def _start(self, end: int, progress: bool) -> None:
+        fresh = self._fresh and self.round == 0
+        if fresh and self.many:
+            check_new_run_dir(self.run_dir)
+            self.write_config()
+        for rec in self.recorders:
+            rec.start(fresh)
+        self._fresh, self._end = False, end
+        self._t_start = time.perf_counter()
         if progress:
-            from tqdm import tqdm
+            many = f" x{len(self.seeds)} seeds" if self.many else ""
+            self._pbar = Progress(self.config.n_outer, self.round, self.config.mode + many)
 
-            self._pbar = tqdm(total=cfg.n_outer, initial=start, unit="round",
-                              dynamic_ncols=True, desc=cfg.mode)
-        try:
-            with self._stop:
-                self._rounds(start, end)
-        except KeyboardInterrupt:
-            self.keep_completed(start)
-            raise
-        except FloatingPointError as e:  # every ES member non-finite: nothing was written
-            raise self.unwritten_round(e) from None
-        finally:
-            self.stop_rounds()
-        self.final_gif()
-        return self.history
-
-    def _rounds(self, start: int, end: int) -> None:
-        cfg = self.config
-        if not cfg.runs_es:  # the selector is frozen: no ES generation at all
-            ts = self.ts
-            for _ in range(start, end):
-                for _ in range(cfg.grad_steps_per_outer):
-                    ts = self.gradient_step(ts)
-                self.flush_mappo()
-                self._on_round(ts, self.es_state, None)
-            return
-        es.merl_coexist(
-            theta0=self.theta_of(self.ts.actor), eval_fn=self.eval_fn,
-            gradient_step_fn=self.gradient_step, sync_in=self.sync_in,
-            sync_out=self.sync_out, n_outer=end - start,
-            grad_steps_per_outer=cfg.grad_steps_per_outer, es_cfg=cfg.es,
-            key=chain_key(self.keys.es, start), gstate0=self.ts,
-            on_round=lambda _, ts, state, info: self._on_round(ts, state, info),
-            es_state0=self.es_state,
-            generation_fn=lambda k, s, ts: self.runtime.generation(k, s, ts.actor,
-                                                                   self.round_eval_key()))
-
-    def _on_round(self, ts: mappo.TrainState, es_state: es.ESState, info: dict | None) -> None:
-        self.finish_round(ts, es_state, info)
-        if self._stop.signum is not None and self.round < self._end:
-            self.save_checkpoint_if_new()
-            self._stop.stop(self.round)
-
-    # --- the round lifecycle (also driven by feudal_es.seeds for many seeds at once) ----
-    def start_rounds(self, end: int, on_round: Callable[[dict], None] | None = None) -> None:
-        """Before rounds up to ``end``: the run directory (a fresh run refuses one that
-        holds a run), clocks, the user callback."""
-        cfg = self.config
-        if self._fresh and self.round == 0:
-            self.rundir.start(cfg.to_dict())
-        self._fresh = False
-        self.rundir.ensure(cfg.to_dict())
-        self._t_start = self._t_round = time.perf_counter()
-        self._end, self._user_on_round = end, on_round
-        self.round_metrics, self._pending = [], []  # an interrupted round's steps are gone
-
-    def finish_round(self, ts: mappo.TrainState, es_state: es.ESState, info: dict | None,
-                     evaluation: tuple[np.ndarray, dict] | None = None,
-                     seconds: float | None = None) -> dict:
-        """After a round: evaluate the current selector (or take ``evaluation``, its team
-        returns ``[1, E]`` and env metrics), commit the round, write it, report it.
-        ``seconds``: the round's wall time (default: since the last round ended)."""
-        r = self.round
-        theta = self.theta_of(ts.actor)
-        row = self._round_row(ts, theta, info, evaluation, seconds)
-        # commit the round in one statement (an interrupt sees all of it or none)
-        self.ts, self.es_state, self.round, self.history = ts, es_state, r + 1, [
-            *self.history, row]
-        self._record(row, theta)
+    def _stop_clock(self) -> None:
+        wall = time.perf_counter() - self._t_start
+        for rec in self.recorders:
+            rec.wall_offset += wall
+            rec.rundir.flush()
+        self._t_start = 0.0
         if self._pbar is not None:
-            post = {LABELS["selector_fitness"]: f"{row['selector_fitness']:.3g}",
-                    LABELS["best_selector"]: f"{self.best_fitness:.3g}"}
-            if row.get("fitness_best") is not None:
-                post[LABELS["fitness_best"]] = f"{row['fitness_best']:.3g}"
-            if row.get("sps") is not None:
-                post["sps"] = f"{row['sps']:.0f}"
-            self._pbar.set_postfix(post)
-            self._pbar.update(1)
-        if self._user_on_round is not None:
-            self._user_on_round(row)
-        return row
+            self._pbar.close()
+            self._pbar = None
 
-    def save_checkpoint_if_new(self) -> None:
-        """Checkpoint the current round unless its checkpoint exists."""
-        if not self.rundir.has_checkpoint(self.round):
-            self.save_checkpoint()
+    def _wall(self, rec: RunRecorder) -> float:
+        return rec.wall_offset + (time.perf_counter() - self._t_start if self._t_start else 0.0)
 
-    def keep_completed(self, start: int) -> None:
-        """After an interruption: checkpoint the rounds completed since ``start``."""
-        if self.round > start:
-            self.save_checkpoint_if_new()
+    def _round(self, r: int) -> list[dict]:
+        """Round ``r``: :func:`merl_round`, then each seed's row committed and written."""
+        cfg, t0 = self.config, time.perf_counter()
+        state, out = merl_round(self.fns, self.state, self.round_keys(r))
+        states = [state] if not self.many else [
+            RoundState(*s) for s in self.batched.unstack(tuple(state))]
+        dt = time.perf_counter() - t0
+        grad = len(out.steps) * cfg.mappo.batch_size
+        env_steps = self.runtime.round_env_steps(grad, 0 if out.info is None
+                                                 else cfg.es.num_candidates)
+        failures = None
+        if self.runtime.kind == "host":
+            failures, self.runtime.failures = self.runtime.failures, []
+        rows = []
+        for i, rec in enumerate(self.recorders):
+            pick = (lambda v: v) if not self.many else (lambda v, i=i: v[i])
+            steps = step_metrics(out.steps, i if self.many else None,
+                                 grad / max(out.seconds["gradient"], 1e-9))
+            rec.warn_skipped(r, steps)
+            info = None if out.info is None else {
+                k: (int if k == "num_invalid" else float)(pick(v)) for k, v in out.info.items()}
+            ret, metrics = out.evaluation
+            if failures is not None:
+                rec.rundir.log_failures(r, failures)
+            rows.append(round_row(
+                r, states[i].learner.env_steps, (pick(ret), jax.tree.map(pick, metrics)),
+                info, steps, None if failures is None
+                else sum(f["phase"] == "population" for f in failures),
+                env_steps / dt if env_steps else None, dt, self._wall(rec)))
+        histories = [[*h, row] for h, row in zip(self.histories, rows, strict=True)]
+        # commit the round in one statement (an interrupt sees all of it or none)
+        self.state, self.round, self.histories = state, r + 1, histories
+        last = self.round >= self._end
+        for i, rec in enumerate(self.recorders):
+            rec.record(histories[i], self.theta_of(states[i].learner.actor),
+                       self.checkpoint_metadata(i),
+                       lambda i=i: self._save(i, states[i]), last)
+        if self._pbar is not None:
+            self._pbar.update(rows, self.recorders)
+        return rows
 
-    def unwritten_round(self, err: FloatingPointError) -> FloatingPointError:
+    def _unwritten(self, err: FloatingPointError) -> FloatingPointError:
         """The error for a round that stopped before writing (every ES member
         non-finite), naming the last checkpoint."""
-        latest = self.rundir.checkpoints.latest()
-        cause = re.sub(r"^ES round \d+: ", "", str(err))  # merl_coexist counts from 0
+        cause = str(err)
+        if isinstance(err, EveryCandidateFailed) and self.many:
+            cause += f" (seeds {[self.seeds[i] for i in err.batch]})"
+        latest = self.recorders[0].rundir.checkpoints.latest()
         return FloatingPointError(
             f"round {self.round}: {cause}. The run stopped without writing this round; "
             f"{'the last checkpoint is ' + str(latest) if latest else 'no checkpoint yet'}")
 
-    def stop_rounds(self) -> None:
-        """After the rounds (however they ended): clocks, progress bar, TensorBoard."""
-        self._wall_offset, self._t_start = self._wall(), 0.0
-        if self._pbar is not None:
-            self._pbar.close()
-            self._pbar = None
-        self.rundir.flush()
-
-    def final_gif(self) -> None:
-        """The final episode GIF, once the run has reached ``n_outer`` (if enabled)."""
+    def _final_gifs(self) -> None:
         if self.round >= self.config.n_outer and self.config.gif:
-            self.write_gif(self.rundir.gif)
-
-    def _wall(self) -> float:
-        return self._wall_offset + (time.perf_counter() - self._t_start if self._t_start else 0.0)
-
-    def _round_row(self, ts: mappo.TrainState, theta: jax.Array, info: dict | None,
-                   evaluation: tuple[np.ndarray, dict] | None, seconds: float | None) -> dict:
-        """The round's ``metrics.jsonl`` row: the current selector on the evaluation
-        episodes, the ES generation's info, MAPPO's metrics, failures, throughput."""
-        ret, env_metrics = evaluation or self.rollout_stats(theta[None], self.keys.eval,
-                                                            actor=ts.actor)
-        now = time.perf_counter()
-        dt, self._t_round = now - self._t_round if seconds is None else seconds, now
-        row: dict[str, Any] = {"round": self.round, "env_steps": int(ts.env_steps),
-                               "selector_fitness": float(ret.mean()),
-                               "selector_fitness_std": float(ret.std())}
-        row.update({f"env/{k}": float(np.mean(v)) for k, v in env_metrics.items()})
-        names = {"fitness_best": "best_fitness", "fitness_mean": "mean_fitness",
-                 "sigma": "sigma", "num_invalid": "num_invalid"}  # row column: ES info key
-        row.update({col: None if info is None else info[k] for col, k in names.items()})
-        self.flush_mappo()
-        for k in self.round_metrics[0] if self.round_metrics else ():
-            vals = [m[k] for m in self.round_metrics]
-            row[f"mappo/{k}"] = (vals[-1] if k == "env_steps" else sum(vals)
-                                 if k == "skipped_updates" else float(np.nanmean(vals))
-                                 if np.isfinite(vals).any() else None)
-        self.round_metrics = []
-        if self.runtime.kind == "host":
-            failures, self.runtime.failures = self.runtime.failures, []
-            row["failed_members"] = sum(f["phase"] == "population" for f in failures)
-            self.rundir.log_failures(self.round, failures)
-        cfg = self.config
-        steps = self.runtime.round_env_steps(
-            cfg.grad_steps_per_outer * cfg.mappo.batch_size if cfg.trains_executor else 0,
-            0 if info is None else cfg.es.num_candidates)
-        row.update(sps=steps / dt if steps else None, round_time=dt, wall_time=self._wall())
-        return clean(row)
-
-    def _record(self, row: dict, theta: jax.Array) -> None:
-        """Write the committed round: best selector, metrics row, TensorBoard, plot,
-        checkpoint."""
-        cfg, rd, r = self.config, self.rundir, row["round"]
-        if row["selector_fitness"] is not None and row["selector_fitness"] > self.best_fitness:
-            self.best_fitness = row["selector_fitness"]
-            rd.save_best_selector(theta, {**self.checkpoint_metadata(),
-                                          "fitness": self.best_fitness, "round": r})
-        rd.append_metrics(row)
-        rd.add_scalars(row, r)
-        last = self.round >= self._end
-        if self.round % cfg.plot_every == 0 or last:
-            rd.save_plot(self.history, f"{cfg.env} ({cfg.mode}, seed {cfg.seed})", cfg.mode)
-        if self.round % cfg.checkpoint_every == 0 or last:
-            self.save_checkpoint()
+            for i, rec in enumerate(self.recorders):
+                self.write_gif(rec.rundir.gif, index=i)
 
     # --- checkpoints -----------------------------------------------------------------------
-    def checkpoint_metadata(self) -> dict[str, Any]:
-        """What every checkpoint and selector file of the run records about it."""
-        return {"env": self.config.env, "config": self.config.to_dict(),
-                "selector_size": self.selector_size, "es_params": self.config.es_params,
-                "skill_names": list(self.skill_names)}
+    def write_config(self) -> None:
+        """``run_dir/config.json`` of a many-seed run: the config with every seed (each
+        seed directory holds its own one-seed config)."""
+        write_config(self.run_dir / "config.json", self.config.to_dict())
 
-    def checkpoint_expect(self) -> dict[str, Any]:
-        """The metadata a checkpoint must match to be loaded into this trainer."""
-        c = self.config.to_dict()
+    def checkpoint_metadata(self, index: int = 0) -> dict[str, Any]:
+        """What every checkpoint and selector file of seed ``index`` records about it."""
+        cfg = self.recorders[index].config
+        return {"env": cfg.env, "config": cfg.to_dict(), "selector_size": self.selector_size,
+                "es_params": cfg.es_params, "skill_names": list(self.skill_names)}
+
+    def checkpoint_expect(self, index: int = 0) -> dict[str, Any]:
+        """The metadata a checkpoint must match to be loaded as seed ``index``."""
+        c = self.recorders[index].config.to_dict()
         keep = ("env", "env_kwargs", "seed", "es", "mappo", "actor", "critic", "num_skills")
-        return {"env": self.config.env, "config": {k: c[k] for k in keep}}
+        return {"env": c["env"], "config": {k: c[k] for k in keep}}
 
-    def checkpoint_tree(self) -> dict[str, Any]:
-        """The state a checkpoint holds (also the template a load fills)."""
-        return {"train_state": self.ts, "es_state": self.es_state, "round": int(self.round),
-                "best_fitness": float(self.best_fitness)}
+    def checkpoint_tree(self, index: int = 0, state: RoundState | None = None
+                        ) -> dict[str, Any]:
+        """The state a checkpoint of seed ``index`` holds (also the template a load
+        fills)."""
+        state = self.seed_states()[index] if state is None else state
+        return {"train_state": state.learner, "es_state": state.es, "round": int(self.round),
+                "best_fitness": float(self.recorders[index].best_fitness)}
 
-    def save_checkpoint(self) -> Path:
-        """Checkpoint the whole state (TrainState, ESState, round, best fitness, history)."""
-        self.rundir.ensure(self.config.to_dict())
-        meta = {**self.checkpoint_metadata(), "history": clean(self.history),
-                "wall_time": self._wall()}
-        return self.rundir.save_checkpoint(self.round, self.checkpoint_tree(), meta)
+    def _save(self, index: int, state: RoundState | None = None) -> Path:
+        rec = self.recorders[index]
+        rec.rundir.ensure(rec.config.to_dict())
+        meta = {**self.checkpoint_metadata(index), "history": clean(self.histories[index]),
+                "wall_time": self._wall(rec)}
+        return rec.rundir.save_checkpoint(self.round, self.checkpoint_tree(index, state), meta)
 
-    def _restore(self, tree: dict[str, Any], meta: dict[str, Any]) -> None:
-        self.ts, self.es_state = committed(tree["train_state"]), committed(tree["es_state"])
-        self.round, self.best_fitness = int(tree["round"]), float(tree["best_fitness"])
-        self.history = list(meta.get("history", []))
-        self._wall_offset = float(meta.get("wall_time") or 0.0)
+    def save_checkpoint(self, if_new: bool = False) -> Path | list[Path]:
+        """Checkpoint every seed's whole state (TrainState, ESState, round, best fitness,
+        history); ``if_new``: only seeds whose newest checkpoint is not this round's.
+        Returns the path (one seed) or the paths."""
+        states = self.seed_states()
+        paths = [rec.rundir.checkpoints.path(self.round)
+                 if if_new and rec.rundir.has_checkpoint(self.round) else self._save(i, s)
+                 for i, (rec, s) in enumerate(zip(self.recorders, states, strict=True))]
+        return paths if self.many else paths[0]
+
+    def restore(self, index: int, tree: dict[str, Any], meta: dict[str, Any]) -> RoundState:
+        """Take seed ``index``'s round, best fitness, history and wall time from a loaded
+        checkpoint; returns its state (the caller puts it in place)."""
+        rec = self.recorders[index]
+        self.round, rec.best_fitness = int(tree["round"]), float(tree["best_fitness"])
+        self.histories[index] = list(meta.get("history", []))
+        rec.wall_offset = float(meta.get("wall_time") or 0.0)
         self._fresh = False
+        return RoundState(committed(tree["train_state"]), committed(tree["es_state"]))
 
     # --- episodes to pictures ------------------------------------------------------------
     def episode_frames(self, theta: jax.Array | None = None, seed: int | None = None,
-                       actor: FeudalActor | None = None) -> list[np.ndarray]:
-        """Frames of one deterministic episode with ``actor`` (default: the current one)
-        and selector ``theta`` (default: the actor's)."""
-        actor = self.ts.actor if actor is None else actor
+                       actor: FeudalActor | None = None, index: int = 0
+                       ) -> list[np.ndarray]:
+        """Frames of one deterministic episode with ``actor`` (default: seed ``index``'s
+        current one) and ES parameters ``theta`` (default: the actor's)."""
+        actor = self.seed_states()[index].learner.actor if actor is None else actor
         if theta is not None:
             actor = set_es_theta(actor, jnp.asarray(theta), self.config.es_params)
-        seed = self.config.seed if seed is None else seed
+        seed = self.seeds[index] if seed is None else seed
         return self.runtime.episode_frames(actor, jax.random.key(seed), seed)
 
     def write_gif(self, path: str | os.PathLike, theta: jax.Array | None = None,
-                  seed: int | None = None) -> Path | None:
-        """Deterministic episode GIF (env · mode · run, steps, legend); None (logged) if not."""
+                  seed: int | None = None, index: int = 0) -> Path | None:
+        """Deterministic episode GIF (env · mode · run, steps, legend) of seed ``index``;
+        None (logged) if the env cannot render."""
         from envs.render import write_gif
+
         try:
-            frames = self.episode_frames(theta, seed)
+            frames = self.episode_frames(theta, seed, index=index)
         except (ValueError, NotImplementedError, AttributeError) as e:
             log.warning("no GIF: %s", e)
             return None
-        run, core = Path(self.run_dir or "-").name, self.env.core
+        run, core = self.recorders[index].rundir.path.name, self.env.core
         return write_gif(frames, path, title=f"{self.config.env} · {self.config.mode} · {run}",
                          legend=getattr(core, "render_legend", None))
 
@@ -427,70 +471,17 @@ class ESTrainer:
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, n_outer: int | None = None,
                env: str | None = None, at_round: int | None = None) -> ESTrainer:
-        """A trainer continuing ``run_dir`` from its newest checkpoint.
+        """A trainer continuing ``run_dir`` (one seed, or a many-seed run's
+        ``seed_<s>/`` directories) from its newest checkpoint (see
+        :func:`feudal_es.restore.resume`)."""
+        from feudal_es.restore import resume
 
-        The config comes from the checkpoint (``n_outer`` may be raised); the template is
-        a freshly built trainer, so a checkpoint of another env or architecture is
-        refused naming the difference. ``metrics.jsonl`` is rewritten to the checkpoint's
-        history (rounds after the checkpoint will be recomputed identically).
-
-        The checkpoint is data: a ``"module:attr"`` env it names is not imported unless
-        the caller names the same id as ``env`` (:class:`UntrustedEnvError` otherwise).
-        ``at_round`` resumes from that round's checkpoint instead of the newest.
-        """
-        run_dir = Path(run_dir)
-        mgr = checkpoint.CheckpointManager(run_dir)
-        latest = mgr.latest() if at_round is None else mgr.path(at_round)
-        if at_round is not None and not latest.is_file():
-            raise ValueError(f"cannot resume {run_dir} at round {at_round}: no {latest.name}")
-        if latest is None:
-            raise ValueError(f"cannot resume {run_dir}: no checkpoint "
-                             f"(ckpt_*{checkpoint.SUFFIX}) in it")
-        try:
-            meta = checkpoint.read_metadata(latest)
-        except checkpoint.CheckpointError as e:  # say what is left rather than skip silently
-            older = ", ".join(p.name for p in reversed(mgr.all()[:-1]))
-            raise checkpoint.CheckpointError(
-                f"{e}" + (f" (older checkpoints in this run: {older}; move the damaged one "
-                          "away to resume from the previous)" if older else "")) from None
-        config = _stored_config(latest, meta)
-        if env is not None and env != config.env:
-            raise ValueError(f"{run_dir} is a run of env {config.env!r}; resuming continues "
-                             f"that env (env={env!r} may only repeat it)")
-        if n_outer is not None:
-            config = dataclasses.replace(config, n_outer=int(n_outer))
-        resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, latest)
-        trainer = cls(config, run_dir, resolved=resolved)
-        template, expect = trainer.checkpoint_tree(), trainer.checkpoint_expect()
-        tree, meta = (mgr.load_latest(template, expect) if at_round is None
-                      else checkpoint.load(latest, template, expect))
-        trainer._restore(tree, meta)
-        if n_outer is not None:  # the run's config.json says what it now runs to
-            trainer.rundir.write_config(config.to_dict())
-        trainer.rundir.rewrite_metrics(trainer.history)
-        return trainer
+        return resume(cls, run_dir, n_outer=n_outer, env=env, at_round=at_round)
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, env: str | None = None) -> ESTrainer:
-        """A trainer holding the state of one checkpoint file (for eval / render).
+        """A one-seed trainer holding the state of one checkpoint file (eval, render; see
+        :func:`feudal_es.restore.from_checkpoint`)."""
+        from feudal_es.restore import from_checkpoint
 
-        ``env`` evaluates on another env id; its networks must have the same shapes (the
-        checkpoint's structure is still checked leaf by leaf). The checkpoint is data: a
-        ``"module:attr"`` env it names is imported only when the caller passes that id as
-        ``env`` (:class:`UntrustedEnvError` otherwise)."""
-        path = Path(path)
-        config = _stored_config(path, checkpoint.read_metadata(path))
-        same_env = env is None or env == config.env
-        if env is not None:
-            config = dataclasses.replace(config, env=env)
-        resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, path)
-        trainer = cls(config, path.parent, resolved=resolved)
-        expect = trainer.checkpoint_expect() if same_env else None
-        trainer._restore(*checkpoint.load(path, trainer.checkpoint_tree(), expect=expect))
-        return trainer
-
-
-def _stored_config(path: Path, meta: dict[str, Any]) -> TrainerConfig:
-    if "config" not in meta:
-        raise checkpoint.CheckpointError(f"{path} has no trainer config in its metadata")
-    return TrainerConfig.from_dict(meta["config"])
+        return from_checkpoint(cls, path, env=env)

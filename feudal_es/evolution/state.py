@@ -1,0 +1,55 @@
+"""The search distribution a run threads between generations, and sampling from it."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from feudal_es.evolution.config import ESConfig
+
+__all__ = ["ESState", "ask", "init", "mean_optimizer"]
+
+
+class ESState(NamedTuple):
+    """What a run threads from one generation to the next."""
+
+    mean: jax.Array  # [D] float32, the search distribution's centre θ
+    sigma: jax.Array  # [] float32, current perturbation std (CEM shrinks it)
+    opt_state: optax.OptState  # state of the NES mean optimizer (empty for 'sgd')
+    generation: jax.Array  # [] int32, generations told so far
+
+
+def mean_optimizer(cfg: ESConfig) -> optax.GradientTransformation:
+    """How the NES gradient estimate moves the mean (``ESConfig.optimizer``)."""
+    if cfg.optimizer == "adam":
+        return optax.adam(cfg.lr)
+    return optax.sgd(cfg.lr)
+
+
+def init(theta: jax.Array, cfg: ESConfig, sigma: float | None = None) -> ESState:
+    """A fresh ES state centred on ``theta`` with ``sigma`` (default ``cfg.sigma``)."""
+    mean = jnp.asarray(theta, jnp.float32)
+    if mean.ndim != 1:
+        raise ValueError(f"ES mean must be a 1-D vector, got shape {mean.shape}")
+    sigma = cfg.sigma if sigma is None else sigma
+    return ESState(
+        mean=mean,
+        sigma=jnp.asarray(sigma, jnp.float32),
+        opt_state=mean_optimizer(cfg).init(mean),
+        generation=jnp.zeros((), jnp.int32),
+    )
+
+
+def ask(key: jax.Array, state: ESState, cfg: ESConfig) -> tuple[jax.Array, jax.Array]:
+    """Sample the antithetic population: ``(population[P, D], noise[P, D])``.
+
+    ``noise = [ε; -ε]`` with ``ε ~ N(0, I)`` of shape ``[P/2, D]``, so row ``i`` and row
+    ``i + P/2`` are exact negatives; ``population = mean + sigma * noise``.
+    """
+    half = cfg.num_candidates // 2
+    eps = jax.random.normal(key, (half, state.mean.shape[0]), jnp.float32)
+    noise = jnp.concatenate([eps, -eps], axis=0)
+    return state.mean[None, :] + state.sigma * noise, noise

@@ -1,0 +1,173 @@
+"""Pure-JAX collection and the train steps built on it: ``num_steps x num_envs``
+transitions with ``lax.scan`` over time and ``vmap`` over env copies, then the update;
+options drawn from the selector (mixed with uniform ones, ``option_exploration``) and
+held for the actor's ``selector_period``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from envs.base import SwarmEnv, auto_reset_step
+from feudal_es.mappo.config import MAPPOConfig
+from feudal_es.mappo.state import Batch, RolloutState, TrainState, keep_finite, skill_ids
+from feudal_es.mappo.update import update, update_fused, uses_fused_update
+
+__all__ = ["collect", "fused_train_step", "guarded", "make_guarded_train_step",
+           "make_rollout", "make_train_step"]
+
+
+def _skill_reward(skill_rewards: jax.Array, held: Any) -> jax.Array:
+    """``skill_rewards[i, skill_i]`` for every agent: [..., N, K] -> [..., N]."""
+    ids = skill_ids(held)
+    return jnp.take_along_axis(skill_rewards, ids[..., None], axis=-1)[..., 0]
+
+
+def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
+            deterministic: bool = False) -> tuple[TrainState, Batch, dict]:
+    """Run ``num_steps`` steps of every env copy with the current actor (``lax.scan``
+    over time, ``vmap`` over envs). Returns the advanced state, the batch and rollout
+    statistics (completed-episode returns, dense and team reward per step)."""
+    actor, critic = ts.actor, ts.critic
+
+    def policy(key, obs, adj, held, t):
+        return actor.step(key, obs, adj, held, t, deterministic, cfg.option_exploration)
+
+    def one_step(carry, key):
+        ro: RolloutState = carry
+        k_act, k_env = jax.random.split(key)
+        e = ro.ep_t.shape[0]
+        adj = jax.vmap(env.comm_graph)(ro.env_state)
+        gstate = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
+                                        ro.ep_t)
+        held, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.held, ro.ep_t)
+        obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
+            env, jax.random.split(k_env, e), ro.env_state, out.env_action)
+        reward = _skill_reward(eo.skill_rewards, held)
+        ep_return = ro.ep_return + eo.reward.mean(-1)
+        ep_team = ro.ep_team_return + eo.team_reward
+        step = dict(
+            obs=ro.obs, adj=adj, global_state=gstate, held=held, action=out.action,
+            log_prob=out.log_prob, reward=reward, done=eo.done,
+            env_reward=eo.reward.mean(-1), team_reward=eo.team_reward,
+            finished_return=ep_return, finished_team=ep_team,
+        )
+        keep = lambda x: jnp.where(eo.done, 0.0, x)
+        ro = RolloutState(env_state, obs, held, jnp.where(eo.done, 0, ro.ep_t + 1),
+                          keep(ep_return), keep(ep_team))
+        return ro, step
+
+    key, key_collect = jax.random.split(ts.key)
+    ro, traj = jax.lax.scan(one_step, ts.rollout, jax.random.split(key_collect, cfg.num_steps))
+    last_gs = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
+                                     ro.ep_t)
+    # the value of the state after the last step, under the skill the agents would hold
+    last_adj = jax.vmap(env.comm_graph)(ro.env_state)
+    last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),
+                                 ro.ep_t.shape[0])  # used by random options only
+    last_held = jax.vmap(lambda o, a, h, t, k: actor.select_skills(o, a, h, t, k))(
+        ro.obs, last_adj, ro.held, ro.ep_t, last_keys)
+    last_value = jax.vmap(critic)(last_gs, skill_ids(last_held))
+    # the critic's values of the whole trajectory in one batched call, after the scan (the
+    # policy does not need them): one [T*E]-row matmul per layer instead of T small ones
+    t_len, e = traj["reward"].shape[:2]
+    flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
+    value = jax.vmap(critic)(flat(traj["global_state"]), flat(skill_ids(traj["held"])))
+    batch = Batch(
+        obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], held=traj["held"],
+        action=traj["action"], log_prob=traj["log_prob"], value=value.reshape(t_len, e, -1),
+        reward=traj["reward"],
+        done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),
+        alive=jnp.ones(traj["reward"].shape, jnp.float32), last_value=last_value,
+    )
+    done = traj["done"].astype(jnp.float32)
+    episodes = done.sum()
+    stats = {
+        "episodes": episodes,
+        "episode_return": jnp.where(episodes > 0, (traj["finished_return"] * done).sum()
+                                    / jnp.maximum(episodes, 1.0), jnp.nan),
+        "team_return": jnp.where(episodes > 0, (traj["finished_team"] * done).sum()
+                                 / jnp.maximum(episodes, 1.0), jnp.nan),
+        "env_reward": traj["env_reward"].mean(),
+        "team_reward": traj["team_reward"].mean(),
+    }
+    ts = ts._replace(rollout=ro, key=key, env_steps=ts.env_steps + cfg.batch_size)
+    return ts, batch, stats
+
+
+def fused_train_step(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig
+                     ) -> tuple[TrainState, dict]:
+    """One train step as a pure function (collect, then :func:`update_fused`): what
+    :func:`make_train_step` jits when the update is fused; ``vmap`` it over seeds."""
+    ts, batch, rollout_stats = collect(env, ts, cfg)
+    ts, metrics = update_fused(ts, batch, cfg)
+    return ts, {**metrics, **rollout_stats, "env_steps": ts.env_steps}
+
+
+def make_train_step(env: SwarmEnv, cfg: MAPPOConfig, fused: bool | None = None
+                    ) -> Callable[[TrainState], tuple[TrainState, dict]]:
+    """``train_step(ts) -> (ts, metrics)``: collect ``num_steps x num_envs`` (``lax.scan``
+    over time, ``vmap`` over envs), then the update: the whole step one jitted program
+    with the fused update (:func:`fused_train_step`), or the jitted collection and the
+    split update's jitted pieces (``fused``, as the caller decided it with
+    :func:`uses_fused_update`; ``None`` decides it here without knowing the actor's CNN).
+    ``metrics`` holds the
+    rollout statistics (``episode_return``, ``team_return``, ``env_reward``,
+    ``team_reward``, ``episodes``), the losses (``policy_loss``, ``value_loss``,
+    ``entropy``), ``approx_kl``, ``clip_fraction``, ``explained_variance``, ``grad_norm``
+    and ``env_steps``."""
+    if uses_fused_update(cfg, env.observation_space) if fused is None else fused:
+        return eqx.filter_jit(lambda ts: fused_train_step(env, ts, cfg))
+    collect_jit = eqx.filter_jit(lambda ts: collect(env, ts, cfg))
+
+    def split_step(ts: TrainState) -> tuple[TrainState, dict]:
+        ts, batch, rollout_stats = collect_jit(ts)
+        ts, metrics = update(ts, batch, cfg)
+        return ts, {**metrics, **rollout_stats, "env_steps": ts.env_steps}
+
+    return split_step
+
+
+def guarded(step: Callable[[TrainState], tuple[TrainState, dict]],
+            keep: Callable | None = None
+            ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """``step`` followed by ``keep`` (default :func:`keep_finite`): ``ts -> (ts, metrics,
+    skipped)``. With pure ``step`` and the default ``keep`` the composition is pure: jit
+    or vmap it as one program; pass a jitted ``keep`` to guard a Python-level step."""
+    keep = keep_finite if keep is None else keep
+
+    def guarded_step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        after, metrics = step(ts)
+        kept, skipped = keep(ts, after, metrics)
+        return kept, metrics, skipped
+
+    return guarded_step
+
+
+def make_guarded_train_step(env: SwarmEnv, cfg: MAPPOConfig, fused: bool | None = None
+                            ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """``step(ts) -> (ts, metrics, skipped)``: :func:`make_train_step`'s step with a
+    non-finite update undone (:func:`keep_finite`). With the fused update the step and
+    the guard are one jitted program: a second dispatch per step (pytree flattening
+    included) costs a visible share of a small train step."""
+    if uses_fused_update(cfg, env.observation_space) if fused is None else fused:
+        return eqx.filter_jit(guarded(lambda ts: fused_train_step(env, ts, cfg)))
+    return guarded(make_train_step(env, cfg, False), eqx.filter_jit(keep_finite))
+
+
+def make_rollout(env: SwarmEnv, cfg: MAPPOConfig) -> Callable[[TrainState], tuple[TrainState,
+                                                                                 dict]]:
+    """Collection only, jitted: the reference for the training overhead (bench)."""
+
+    @eqx.filter_jit
+    def rollout(ts: TrainState) -> tuple[TrainState, dict]:
+        ts, batch, stats = collect(env, ts, cfg)
+        stats["checksum"] = batch.reward.sum() + batch.log_prob.sum()  # keep it all live
+        return ts, stats
+
+    return rollout

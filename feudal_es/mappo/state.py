@@ -1,0 +1,202 @@
+"""What MAPPO threads from one train step to the next: the learner (actor, critic,
+optimizer states, value-norm statistics), the rollout state of the env copies, and the
+batch a collection hands the update; plus the guard that skips a non-finite update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents import CentralCritic, Directive, FeudalActor, executor_filter
+from envs.base import SwarmEnv
+from feudal_es.mappo.config import MAPPOConfig
+
+__all__ = ["LOSS_KEYS", "Batch", "Learned", "RolloutState", "TrainState", "ValueNorm",
+           "all_finite", "init_learner", "init_rollout", "init_train_state", "keep_finite",
+           "learned", "make_optimizers", "skill_ids", "trainable"]
+
+
+class ValueNorm(NamedTuple):
+    """Running mean/variance of the value targets (exact, count-weighted merging)."""
+
+    mean: jax.Array  # []
+    var: jax.Array  # []
+    count: jax.Array  # [] number of (unmasked) targets seen
+
+    @classmethod
+    def create(cls) -> ValueNorm:
+        return cls(jnp.zeros(()), jnp.ones(()), jnp.zeros(()))
+
+    def update(self, x: jax.Array, mask: jax.Array) -> ValueNorm:
+        """Merge the masked values ``x`` (Chan et al.'s parallel algorithm): after any
+        sequence of updates, ``mean``/``var`` equal numpy's over all values seen."""
+        mask = mask.astype(jnp.float32)
+        n = mask.sum()
+        batch_mean = (x * mask).sum() / jnp.maximum(n, 1.0)
+        batch_var = (((x - batch_mean) ** 2) * mask).sum() / jnp.maximum(n, 1.0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        mean = self.mean + delta * n / jnp.maximum(total, 1.0)
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / jnp.maximum(
+            total, 1.0)
+        var = jnp.where(self.count > 0, m2 / jnp.maximum(total, 1.0), batch_var)
+        fresh = ValueNorm(mean, var, total)
+        return jax.tree.map(lambda a, b: jnp.where(n > 0, a, b), fresh, self)
+
+    def normalize(self, x: jax.Array) -> jax.Array:
+        return (x - self.mean) / jnp.sqrt(self.var + 1e-8)
+
+    def denormalize(self, x: jax.Array) -> jax.Array:
+        return x * jnp.sqrt(self.var + 1e-8) + self.mean
+
+
+# ---------------------------------------------------------------------------------------
+# state and batch
+# ---------------------------------------------------------------------------------------
+class RolloutState(NamedTuple):
+    """Where the collection left the ``E`` env copies (batched, env axis first)."""
+
+    env_state: Any  # the env's own state pytree, [E, ...]
+    obs: Any  # current observation pytree, [E, N, ...]
+    held: Any  # the held skill [E, N] (or a Directive with sub-goals)
+    ep_t: jax.Array  # [E] int32 steps into the current episode
+    ep_return: jax.Array  # [E] running mean-over-agents dense return of the episode
+    ep_team_return: jax.Array  # [E] running team return of the episode
+
+
+class TrainState(NamedTuple):
+    """Everything a train step reads and writes."""
+
+    actor: FeudalActor
+    critic: CentralCritic
+    actor_opt_state: optax.OptState  # over the executor's leaves only
+    critic_opt_state: optax.OptState
+    value_norm: ValueNorm
+    rollout: RolloutState | None  # None for the host (PettingZoo) path
+    key: jax.Array
+    update_step: jax.Array  # [] int32 train steps done
+    env_steps: jax.Array  # [] int32 swarm steps collected (one per env copy and step)
+
+
+class Learned(NamedTuple):
+    """What a MAPPO update learns: the part of a :class:`TrainState` that a skipped
+    (non-finite) update keeps from before it."""
+
+    actor: FeudalActor
+    critic: CentralCritic
+    actor_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+    value_norm: ValueNorm
+
+
+def learned(ts: TrainState) -> Learned:
+    """The learner part of ``ts`` (see :class:`Learned`)."""
+    return Learned(ts.actor, ts.critic, ts.actor_opt_state, ts.critic_opt_state, ts.value_norm)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """True iff every floating-point leaf of ``tree`` is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(
+        eqx.filter(tree, eqx.is_inexact_array))]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+LOSS_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
+
+
+def keep_finite(before: TrainState, after: TrainState, metrics: dict
+                ) -> tuple[TrainState, jax.Array]:
+    """``(ts, skipped)``: ``after``, or, when its learner or a loss is non-finite, ``after``
+    with the learner (networks, optimizer and value-norm statistics) and update counter
+    of ``before`` — the rollout (env states, key, step counter) moves on, so the next
+    step sees new data instead of repeating the same blow-up. Pure (vmap it over seeds)."""
+    finite = all_finite(learned(after))
+    for k in LOSS_KEYS:
+        if k in metrics:
+            finite = finite & jnp.isfinite(metrics[k])
+    pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+    kept = pick(learned(after), learned(before))
+    ts = after._replace(**kept._asdict(),
+                        update_step=jnp.where(finite, after.update_step, before.update_step))
+    return ts, ~finite
+
+
+class Batch(NamedTuple):
+    """``T x E`` transitions, time-major; what :func:`update` learns from."""
+
+    obs: Any  # [T, E, N, ...]
+    adj: jax.Array  # [T, E, N, N] comm graph at the observation
+    global_state: jax.Array  # [T, E, S] the critic's state (CentralCritic.state)
+    held: Any  # [T, E, N] skill (or Directive) the action was conditioned on
+    action: jax.Array  # [T, E, N, ...] the policy sample (ActOut.action)
+    log_prob: jax.Array  # [T, E, N] behaviour log-prob
+    value: jax.Array  # [T, E, N] critic output (normalized units when value_norm)
+    reward: jax.Array  # [T, E, N] the current-skill dense reward
+    done: jax.Array  # [T, E, N] float, 1 = the agent's episode ended after this step
+    alive: jax.Array  # [T, E, N] 1 = agent present (death masking)
+    last_value: jax.Array  # [E, N] critic output at the state after the last step
+
+
+def skill_ids(held: Any) -> jax.Array:
+    """The skill indices of a held selector output (array or Directive)."""
+    return held.skill if isinstance(held, Directive) else held
+
+
+def trainable(actor: FeudalActor) -> tuple[Any, Any]:
+    """Split the actor into (executor params, the rest) with the one selector filter."""
+    return eqx.partition(actor, executor_filter(actor))
+
+
+def make_optimizers(cfg: MAPPOConfig) -> tuple[optax.GradientTransformation, ...]:
+    """Adam (eps 1e-5, as in MAPPO) after global-norm clipping, for actor and critic."""
+
+    def make(lr: float) -> optax.GradientTransformation:
+        if cfg.anneal_lr:
+            lr = optax.linear_schedule(lr, 0.0, cfg.anneal_updates * cfg.epochs * cfg.minibatches)
+        return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+    return make(cfg.lr), make(cfg.critic_lr)
+
+
+def init_learner(key: jax.Array, actor: FeudalActor, critic: CentralCritic,
+                 cfg: MAPPOConfig, rollout: RolloutState | None = None) -> TrainState:
+    """A fresh :class:`TrainState` (optimizer state for executor leaves and critic only)."""
+    actor_tx, critic_tx = make_optimizers(cfg)
+    params, _ = trainable(actor)
+    return TrainState(
+        actor=actor,
+        critic=critic,
+        actor_opt_state=actor_tx.init(params),
+        critic_opt_state=critic_tx.init(eqx.filter(critic, eqx.is_inexact_array)),
+        value_norm=ValueNorm.create(),
+        rollout=rollout,
+        key=key,
+        update_step=jnp.zeros((), jnp.int32),
+        env_steps=jnp.zeros((), jnp.int32),
+    )
+
+
+def init_rollout(key: jax.Array, env: SwarmEnv, actor: FeudalActor, num_envs: int) -> RolloutState:
+    """Reset ``num_envs`` copies of a functional env."""
+    obs, env_state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+    held = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)),
+                        actor.initial_skill(env.num_agents))
+    zeros = jnp.zeros((num_envs,), jnp.float32)
+    return RolloutState(env_state, obs, held, jnp.zeros((num_envs,), jnp.int32), zeros, zeros)
+
+
+def init_train_state(key: jax.Array, env: SwarmEnv, actor: FeudalActor, critic: CentralCritic,
+                     cfg: MAPPOConfig) -> TrainState:
+    """Learner plus ``cfg.num_envs`` freshly reset env copies."""
+    key_env, key_run = jax.random.split(key)
+    return init_learner(key_run, actor, critic, cfg, init_rollout(key_env, env, actor,
+                                                                   cfg.num_envs))
+
+
+# ---------------------------------------------------------------------------------------
+# GAE

@@ -1,0 +1,233 @@
+"""GAE and the clipped-PPO update, shared by the JAX path and the host path: the split
+update (a Python loop over jitted pieces) and the fused one (one ``lax.scan``), and the
+rule that picks between them for an actor and its observations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents import ActorConfig
+from feudal_es.mappo.config import MAPPOConfig
+from feudal_es.mappo.state import Batch, TrainState, make_optimizers, skill_ids, trainable
+
+__all__ = ["FUSED_MAX_CONV_MACS", "conv_macs", "gae", "loss", "update", "update_fused",
+           "uses_fused_update"]
+
+
+def gae(reward: jax.Array, value: jax.Array, done: jax.Array, last_value: jax.Array,
+        gamma: float, lam: float) -> tuple[jax.Array, jax.Array]:
+    """Generalized advantage estimation over time-major ``[T, ...]`` arrays.
+
+    ``done[t]`` means the episode ended with step ``t`` (the next value is not
+    bootstrapped; fixed-horizon episodes are treated as terminal). ``done`` broadcasts
+    against ``reward``. Returns ``(advantages, returns)``, both like ``reward``.
+    """
+    done = jnp.broadcast_to(jnp.reshape(done, done.shape + (1,) * (reward.ndim - done.ndim)),
+                            reward.shape).astype(jnp.float32)
+
+    def body(carry, xs):
+        next_adv, next_value = carry
+        r, v, d = xs
+        delta = r + gamma * next_value * (1.0 - d) - v
+        adv = delta + gamma * lam * (1.0 - d) * next_adv
+        return (adv, v), adv
+
+    init = (jnp.zeros_like(last_value), last_value)
+    _, adv = jax.lax.scan(body, init, (reward, value, done), reverse=True)
+    return adv, adv + value
+
+
+# ---------------------------------------------------------------------------------------
+# the update (shared by the JAX and the host path)
+# ---------------------------------------------------------------------------------------
+def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def _value_loss(err: jax.Array, delta: float) -> jax.Array:
+    if delta > 0:
+        return optax.huber_loss(err, delta=delta)
+    return 0.5 * err**2
+
+
+def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOConfig
+         ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped-PPO loss of a minibatch ``mb``: ``(total, stats)``. ``params`` are the
+    (executor, critic) leaves being differentiated, ``rest`` their complements."""
+    actor_params, critic_params = params
+    actor = eqx.combine(actor_params, rest[0])
+    critic = eqx.combine(critic_params, rest[1])
+    log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["held"], mb["action"])
+    value = jax.vmap(critic)(mb["global_state"], skill_ids(mb["held"]))
+    mask = mb["alive"]
+
+    log_ratio = log_prob - mb["log_prob"]
+    ratio = jnp.exp(log_ratio)
+    adv = mb["advantage"]
+    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+    policy_loss = -_masked_mean(surrogate, mask)
+    entropy_mean = _masked_mean(entropy, mask)
+
+    target = mb["target"]
+    value_loss = _value_loss(value - target, cfg.huber_delta)
+    if cfg.value_clip_eps > 0:
+        clipped = mb["value"] + jnp.clip(value - mb["value"], -cfg.value_clip_eps,
+                                         cfg.value_clip_eps)
+        value_loss = jnp.maximum(value_loss, _value_loss(clipped - target, cfg.huber_delta))
+    value_loss = _masked_mean(value_loss, mask)
+
+    total = policy_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * value_loss
+    stats = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy_mean,
+        "approx_kl": _masked_mean((ratio - 1.0) - log_ratio, mask),
+        "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32),
+                                      mask),
+    }
+    return total, stats
+
+
+def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
+    """GAE, the value-norm update and advantage normalization; flat ``[T*E, ...]`` data,
+    one shuffle per epoch, and the rollout-side metrics."""
+    vn = ts.value_norm
+    denorm = vn.denormalize if cfg.value_norm else (lambda v: v)
+    value = denorm(batch.value)
+    advantage, returns = gae(batch.reward, value, batch.done, denorm(batch.last_value),
+                             cfg.gamma, cfg.gae_lambda)
+    alive = batch.alive.astype(jnp.float32)
+    if cfg.value_norm:
+        vn = vn.update(returns, alive)
+        target = vn.normalize(returns)
+    else:
+        target = returns
+    if cfg.norm_advantages:
+        mean = _masked_mean(advantage, alive)
+        std = jnp.sqrt(_masked_mean((advantage - mean) ** 2, alive))
+        advantage = (advantage - mean) / (std + 1e-8)
+    flat = lambda x: x.reshape((cfg.batch_size, *x.shape[2:]))
+    data = {
+        "obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
+        "held": batch.held, "action": batch.action, "log_prob": batch.log_prob,
+        "value": batch.value, "alive": alive, "advantage": advantage, "target": target,
+    }
+    data = jax.tree.map(flat, data)
+    key, key_update = jax.random.split(ts.key)
+    perms = jax.vmap(lambda k: jax.random.permutation(k, cfg.batch_size))(
+        jax.random.split(key_update, cfg.epochs))
+    residual = returns - value
+    metrics = {
+        "explained_variance": 1.0 - _masked_mean(
+            (residual - _masked_mean(residual, alive)) ** 2, alive) / (
+            _masked_mean((returns - _masked_mean(returns, alive)) ** 2, alive) + 1e-8),
+        "value_mean": _masked_mean(value, alive),
+        "skill_reward": _masked_mean(batch.reward, alive),
+    }
+    return ts._replace(value_norm=vn, key=key), data, perms, metrics
+
+
+def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig):
+    """One clipped-PPO gradient step on the samples ``idx`` of ``data``."""
+    actor_tx, critic_tx = make_optimizers(cfg)
+    actor_params, actor_rest = trainable(ts.actor)
+    critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
+    mb = jax.tree.map(lambda x: x[idx], data)
+    grads, stats = jax.grad(loss, has_aux=True)(
+        (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg)
+    a_upd, a_opt = actor_tx.update(grads[0], ts.actor_opt_state, actor_params)
+    c_upd, c_opt = critic_tx.update(grads[1], ts.critic_opt_state, critic_params)
+    stats["grad_norm"] = optax.tree.norm(grads[0])
+    ts = ts._replace(
+        actor=eqx.combine(eqx.apply_updates(actor_params, a_upd), actor_rest),
+        critic=eqx.combine(eqx.apply_updates(critic_params, c_upd), critic_rest),
+        actor_opt_state=a_opt,
+        critic_opt_state=c_opt,
+    )
+    return ts, stats
+
+
+_prepare_jit = eqx.filter_jit(_prepare)
+_minibatch_step_jit = eqx.filter_jit(_minibatch_step)
+
+
+def update(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, dict]:
+    """GAE, value-norm update, then ``epochs x minibatches`` clipped-PPO steps: a Python
+    loop over two jitted pieces (the "split" update).
+
+    Only the executor's leaves of the actor (``agents.executor_filter``) and the critic
+    are differentiated and updated; selector leaves pass through bit-identical.
+
+    Why a Python loop: XLA's CPU backend runs a large convolution's gradient inside a loop
+    body slower than in straight-line code (bench/RESULTS.md, the update modes), and a
+    Python loop keeps one compilation for all minibatches. Without a CNN, or with a small
+    one, :func:`update_fused` is faster (:func:`uses_fused_update`).
+    """
+    ts, data, perms, metrics = _prepare_jit(ts, batch, cfg)
+    size = cfg.batch_size // cfg.minibatches
+    stats = []
+    for epoch in range(cfg.epochs):
+        for m in range(cfg.minibatches):
+            ts, s = _minibatch_step_jit(ts, data, perms[epoch, m * size:(m + 1) * size], cfg)
+            stats.append(s)
+    metrics.update({k: jnp.mean(jnp.stack([s[k] for s in stats])) for k in stats[0]})
+    return ts._replace(update_step=ts.update_step + 1), metrics
+
+
+def update_fused(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, dict]:
+    """:func:`update` with the epochs x minibatches loop as one ``lax.scan`` (pure;
+    call it under ``jit``): the same minibatches in the same order, one program."""
+    ts, data, perms, metrics = _prepare(ts, batch, cfg)
+    size = cfg.batch_size // cfg.minibatches
+    order = perms.reshape(cfg.epochs * cfg.minibatches, size)
+    ts, stats = jax.lax.scan(lambda ts, idx: _minibatch_step(ts, data, idx, cfg), ts, order)
+    metrics.update({k: jnp.mean(v) for k, v in stats.items()})
+    return ts._replace(update_step=ts.update_step + 1), metrics
+
+
+# "auto" fuses the update when the actor's CNN costs at most this many multiply-adds per
+# agent and step: the compact CNN trains faster fused, the default CNN on 16x16 maps
+# faster split (bench/mappo.py's update modes; figures in bench/RESULTS.md)
+FUSED_MAX_CONV_MACS = 100_000
+
+
+def conv_macs(obs_space: Any, actor: ActorConfig) -> int:
+    """Multiply-adds of ``actor``'s (an ``ActorConfig``) CNN forward pass over one agent's
+    image observations in ``obs_space`` (entries of rank 2 or 3, channel first)."""
+    from agents.layers import Conv2d
+
+    spaces = obs_space.spaces.values() if hasattr(obs_space, "spaces") else [obs_space]
+    total, k = 0, actor.cnn_kernel
+    for space in spaces:
+        if len(space.shape) not in (2, 3):
+            continue
+        c, h, w = (1, *space.shape) if len(space.shape) == 2 else space.shape
+        for out_c, stride in zip(actor.cnn_channels, actor.cnn_strides, strict=True):
+            h, w = Conv2d.out_size(h, k, stride), Conv2d.out_size(w, k, stride)
+            total += h * w * out_c * c * k * k
+            c = out_c
+    return int(total)
+
+
+def uses_fused_update(cfg: MAPPOConfig, obs_space: Any, actor: ActorConfig | None = None
+                      ) -> bool:
+    """Whether ``cfg.update`` means the fused update for an actor (``actor``: its
+    ``ActorConfig``) reading ``obs_space``. "auto": fused for vector observations and for
+    a CNN of at most :data:`FUSED_MAX_CONV_MACS` multiply-adds; split for a larger CNN,
+    or for images when ``actor`` is not given."""
+    if cfg.update != "auto":
+        return cfg.update == "fused"
+    spaces = obs_space.spaces.values() if hasattr(obs_space, "spaces") else [obs_space]
+    if all(len(space.shape) == 1 for space in spaces):
+        return True
+    return actor is not None and conv_macs(obs_space, actor) <= FUSED_MAX_CONV_MACS
+
+
+# ---------------------------------------------------------------------------------------
+# pure-JAX collection
