@@ -1,10 +1,12 @@
 """Bundled swarm environments and their PettingZoo / Gymnasium adapters.
 
-Importing ``envs`` registers the bundled envs with PettingZoo's registry
+:func:`register` registers the bundled envs with PettingZoo's registry
 (``feudal_es/Coverage-v0``, ``feudal_es/Discovery-v0``, ``feudal_es/Dispersion-v0``,
 ``feudal_es/Rover-v0``) and with Gymnasium's (``feudal_es/CoverageSwarm-v0``,
-``feudal_es/CoverageSelector-v0``, ...; see :mod:`envs.gym_registration`).
-The env classes themselves (``envs.Coverage`` ...) are imported on first access.
+``feudal_es/CoverageSelector-v0``, ...; see :mod:`envs.gym_registration`). Importing
+``envs`` registers nothing: registration is that explicit call (``feudal_es.register()``
+makes it too). The env classes themselves (``envs.Coverage`` ...) are imported on first
+access.
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ __all__ = [
     "env_id",
     "make_swarm_env",
     "random_executor",
+    "register",
     "register_bundled_envs",
     "register_swarm_env",
 ]
 
-register_bundled_envs()
-register_bundled_gym_envs()
+
+def register() -> list[str]:
+    """Register every bundled env with PettingZoo's registry and its Swarm and Selector
+    views with Gymnasium's; idempotent and silent. Returns the ids."""
+    return [*register_bundled_envs(), *register_bundled_gym_envs()]
 
 
 def __getattr__(name: str) -> Any:

@@ -132,8 +132,8 @@ def auto_reset_step(
 
     When the env implements ``observe`` (obs is a function of state, as for every bundled
     env), the selected state is observed once instead of selecting between two
-    observations; XLA then drops the unused ones (~3x faster with local maps at 1024
-    envs on CPU, ~1.4x for vector obs). Same values either way.
+    observations; XLA then drops the unused ones (faster, most with local maps: see
+    bench/RESULTS.md, "Design choices measured"). Same values either way.
     """
     key_step, key_reset = jax.random.split(key)
     obs, next_state, out = env.step(key_step, state, actions)

@@ -1,6 +1,7 @@
 """Registration of the bundled swarm envs with Gymnasium's own registry.
 
-After ``import envs``::
+After ``envs.register()`` (``checkpoint=`` needs ``feudal_es.register()``, which also
+installs the loader of trained runs: :func:`use_checkpoint_loader`)::
 
     import gymnasium
     env = gymnasium.make("feudal_es/CoverageSwarm-v0", num_agents=4)      # SwarmGymEnv
@@ -25,11 +26,13 @@ the PettingZoo ids), ``render_mode``, and the wrapper's own: ``reward`` (Swarm);
 
 Selector executor: ``executor=`` a callable (:data:`envs.gym_wrappers.Executor`), or
 ``checkpoint=`` a feudal-es run checkpoint (``ckpt_XXXX.safetensors``), whose trained
-actor's executor head then acts with the chosen skills forced (:func:`actor_executor`);
-the env is built with the run's ``env_kwargs`` (so that the actor fits its observations),
-overridden by any given here. A checkpoint of another env raises ``ValueError``. With
-neither, the executor is :func:`~envs.gym_wrappers.random_executor` (uniform random
-velocities, skill-agnostic: a placeholder for API checks, not a meaningful SMDP).
+actor's executor head then acts with the chosen skills forced; the env is built with the
+run's ``env_kwargs`` (so that the actor fits its observations), overridden by any given
+here. A checkpoint of another env raises ``ValueError``. This layer knows no trained
+actors: a checkpoint is read by the loader ``feudal_es`` installs
+(:func:`use_checkpoint_loader`). With neither, the executor is
+:func:`~envs.gym_wrappers.random_executor` (uniform random velocities, skill-agnostic: a
+placeholder for API checks, not a meaningful SMDP).
 
 Episode length: each spec's ``max_episode_steps`` is the env's default ``max_steps``
 (Swarm) or ``ceil(max_steps / selector_period)`` decisions at the default period (Selector),
@@ -38,8 +41,8 @@ so ``gymnasium.make`` adds its ``TimeLimit``. The env also truncates itself at i
 shorter ``selector_period``) also needs ``max_episode_steps=`` given to ``make`` (the
 ``TimeLimit`` comes from the spec, which does not see the constructor arguments).
 
-Registration is idempotent: calling :func:`register_bundled_gym_envs` again (or reloading
-``envs``) leaves the registry as it is, without Gymnasium's "Overriding" warning. Entry
+Registration is idempotent: calling :func:`register_bundled_gym_envs` again leaves the
+registry as it is, without Gymnasium's "Overriding" warning. Entry
 points are ``"module:function"`` strings and the spec's kwargs plain data (``core``: the
 functional env's ``"module:Class"``), so ``spec.to_json()`` works.
 """
@@ -49,6 +52,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -67,15 +71,30 @@ from envs.registration import (
     load_env_class,
 )
 
-__all__ = ["DEFAULT_SELECTOR_PERIOD", "KINDS", "actor_executor", "build_core",
-           "checkpoint_executor", "gym_env_id", "make_selector_gym", "make_swarm_gym",
-           "make_swarm_vector", "register_bundled_gym_envs", "register_gym_env"]
+__all__ = ["DEFAULT_SELECTOR_PERIOD", "KINDS", "CheckpointLoader", "build_core", "gym_env_id",
+           "make_selector_gym", "make_swarm_gym", "make_swarm_vector",
+           "register_bundled_gym_envs", "register_gym_env", "use_checkpoint_loader"]
 
 KINDS = ("Swarm", "Selector")
 _MODULE = __name__
 #: SelectorEnv's default env steps per decision (what the Selector specs' length assumes).
 DEFAULT_SELECTOR_PERIOD: int = inspect.signature(SelectorEnv).parameters[
     "selector_period"].default
+
+#: ``loader(path, core, deterministic) -> (executor, env_kwargs, num_skills)``: a run
+#: checkpoint's trained executor with skills forced, the run's env kwargs and its skill
+#: count; raises ``ValueError`` for a checkpoint of another env than ``core``.
+CheckpointLoader = Callable[[str | os.PathLike, str, bool | None],
+                            tuple[Executor, dict[str, Any], int]]
+_checkpoint_loader: CheckpointLoader | None = None
+
+
+def use_checkpoint_loader(loader: CheckpointLoader | None) -> None:
+    """Install what ``checkpoint=`` of the Selector ids reads a run checkpoint with
+    (``feudal_es.register()`` installs ``feudal_es.executors.checkpoint_executor``);
+    ``None`` removes it."""
+    global _checkpoint_loader
+    _checkpoint_loader = loader
 
 
 def gym_env_id(name: str, kind: Literal["Swarm", "Selector"]) -> str:
@@ -146,7 +165,10 @@ def make_selector_gym(core: str, *, executor: Executor | None = None,
     if checkpoint is not None:
         if executor is not None:
             raise ValueError("pass either executor= or checkpoint=, not both")
-        executor, run_kwargs, num_skills = checkpoint_executor(checkpoint, core, deterministic)
+        if _checkpoint_loader is None:
+            raise ValueError("checkpoint= reads a feudal-es run: call feudal_es.register() "
+                             "first (it installs the loader), or pass executor=")
+        executor, run_kwargs, num_skills = _checkpoint_loader(checkpoint, core, deterministic)
         env_kwargs = {**run_kwargs, **env_kwargs}
     elif deterministic is not None:
         raise ValueError("deterministic= applies to a checkpoint's executor; pass checkpoint=")
@@ -165,69 +187,6 @@ make_swarm_vector.metadata = SwarmVectorEnv.metadata  # type: ignore[attr-define
 
 
 # ------------------------------------------------------------------------------ checkpoints
-def actor_executor(actor: Any, deterministic: bool = True) -> Executor:
-    """The executor of a trained :class:`agents.FeudalActor` with the skills forced.
-
-    ``executor(key, obs, adj, skills) -> actor.act(key, obs, adj, skills).env_action``:
-    the executor head conditioned on the given skill per agent, instead of the actor's own
-    selector's choice. An actor with a ``GoalSelector`` also needs a sub-goal; it gets the
-    one its goal head proposes for the current observation (re-proposed every env step,
-    where the actor's own rollout holds it for ``selector_period`` steps). Pure, jittable.
-    """
-    from agents import Directive
-
-    def executor(key: jax.Array, obs: Any, adj: jax.Array, skills: jax.Array) -> jax.Array:
-        held: Any = jnp.asarray(skills, jnp.int32)
-        if actor.goal_dim > 0:
-            held = Directive(held, actor.selector.goal(actor.embed(obs, adj)))
-        return actor.act(key, obs, adj, held, deterministic).env_action
-
-    return executor
-
-
-def _stored_target(env_id: str | None) -> str | None:
-    """The ``"module:Class"`` of a checkpoint's env id, without importing anything it
-    names: a code reference as it is; a PettingZoo id through its registered entry point
-    (the bundled ``feudal_es/<Name>-v0`` ones); else ``None``."""
-    import pettingzoo
-
-    from feudal_es.resolve import is_code_reference
-
-    if not isinstance(env_id, str):
-        return None
-    if is_code_reference(env_id):
-        return env_id
-    spec = pettingzoo.parallel_registry.get(env_id)
-    target = getattr(getattr(spec, "entry_point", None), "target", None)
-    return None if target is None else _target_name(target)
-
-
-def checkpoint_executor(path: str | os.PathLike, core: str | type[SwarmEnv],
-                        deterministic: bool | None = None
-                        ) -> tuple[Executor, dict[str, Any], int]:
-    """``(executor, env_kwargs, num_skills)`` of a run checkpoint: its trained actor's
-    executor with skills forced (:func:`actor_executor`), the run's env kwargs and the
-    actor's skill count. Raises ``ValueError`` when the run trained another env than
-    ``core`` (checked on the metadata, before anything is loaded)."""
-    from feudal_es import checkpoint
-    from feudal_es.resolve import is_code_reference
-    from feudal_es.trainer import ESTrainer
-
-    meta = checkpoint.read_metadata(path)
-    stored = (meta.get("config") or {}).get("env", meta.get("env"))
-    want = _target_name(core)
-    if _stored_target(stored) != want:
-        ids = [gym_env_id(n, "Selector") for n, t in BUNDLED_ENVS.items()
-               if t == _stored_target(stored)]
-        hint = f"; its Selector id is {ids[0]}" if ids else ""
-        raise ValueError(f"checkpoint {os.fspath(path)} is a run of env {stored!r}, not of "
-                         f"{want} (the env of this Selector id){hint}")
-    trainer = ESTrainer.from_checkpoint(path, env=stored if is_code_reference(stored) else None)
-    det = trainer.config.deterministic_eval if deterministic is None else bool(deterministic)
-    actor = trainer.ts.actor
-    return actor_executor(actor, det), dict(trainer.config.env_kwargs), int(actor.num_skills)
-
-
 def _check_executor_fits(executor: Executor, num_skills: int, env: SwarmEnv,
                          path: str | os.PathLike) -> None:
     """Trace the executor once (no compute) so that an actor that does not fit the env's

@@ -182,8 +182,9 @@ class JaxMARLSwarm(SwarmEnv):
 
     def global_state_at(self, state: JaxMARLState, obs: Obs) -> jax.Array:
         fn = self._world_state()
-        if fn is not None:
-            return jnp.asarray(fn(state.inner), jnp.float32).reshape(-1)
+        if fn is not None:  # an array, or per-agent arrays (a dict: in key order)
+            parts = jax.tree.leaves(fn(state.inner))
+            return jnp.concatenate([jnp.asarray(x, jnp.float32).reshape(-1) for x in parts])
         return obs["obs"].reshape(-1)
 
     def comm_graph(self, state: JaxMARLState) -> jax.Array:

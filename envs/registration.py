@@ -1,6 +1,6 @@
 """Registration of the bundled swarm envs with PettingZoo's own registry.
 
-After ``import envs``::
+After ``envs.register()`` (or ``feudal_es.register()``)::
 
     import pettingzoo
     env = pettingzoo.make("parallel", "feudal_es/Coverage-v0", num_agents=4)
@@ -11,8 +11,8 @@ name for the episode length; mapped to ``max_steps``). Unknown names raise a
 ``TypeError`` that lists the accepted ones. The same ids are registered for
 ``pettingzoo.make("aec", ...)`` (the parallel env converted with ``parallel_to_aec``).
 
-Registration is idempotent: calling :func:`register_bundled_envs` again (or reloading
-``envs``) leaves the registry as it is, without PettingZoo's "overriding" warning.
+Registration is idempotent: calling :func:`register_bundled_envs` again leaves the
+registry as it is, without PettingZoo's "overriding" warning.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """One JAX CPU device per core, so the ES population runs on every core of a CPU host.
 
 XLA's CPU backend runs one executable's small ops on one thread: the batched population
-rollout of one device keeps about one core busy (``bench/RESULTS.md``, population
-rollout: CPU time / wall time ~ 1.1 on 2 cores). With one CPU device per core the
+rollout of one device keeps about one core busy (``bench/RESULTS.md``, the population
+rollout's cores busy). With one CPU device per core the
 trainer's population sharding (:mod:`feudal_es.sharding`) gives each core its share of
 the members, which on 2 cores halves an ES generation. :func:`use_cpu_cores` sets JAX's
-``jax_num_cpu_devices``; ``import feudal_es`` calls it once. It is a no-op when the
+``jax_num_cpu_devices``; the entry points (``feudal-es``, the benchmarks and studies) call
+it first thing, and a script can call ``feudal_es.use_cpu_cores()``. It is a no-op when the
 device count was already chosen (``JAX_NUM_CPU_DEVICES``, ``XLA_FLAGS`` with
 ``--xla_force_host_platform_device_count``, or ``jax.config``) or when JAX has already
 run something (the option only applies before the backends start). Other JAX code is

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envs.base import SwarmEnv
+from envs.registration import register_bundled_envs
 
 __all__ = [
     "JAXMARL_PREFIX",
@@ -70,8 +71,9 @@ def registered_ids() -> list[str]:
     when ``jaxmarl`` is installed, its envs as ``jaxmarl/<name>``."""
     import pettingzoo
 
-    import envs  # noqa: F401  (registers the bundled ids)
     from envs.jaxmarl_env import jaxmarl_ids
+
+    register_bundled_envs()
 
     ids = set(pettingzoo.parallel_registry) | set(pettingzoo.aec_registry)
     return sorted(ids | {JAXMARL_PREFIX + name for name in jaxmarl_ids()})
@@ -84,8 +86,7 @@ def importable_ids() -> tuple[list[str], dict[str, list[str]]]:
     by the registry is imported."""
     import pettingzoo
 
-    import envs  # noqa: F401  (registers the bundled ids)
-
+    register_bundled_envs()
     ok, missing = set(), {}
     for registry in (pettingzoo.parallel_registry, pettingzoo.aec_registry):
         for env_id, spec in registry.items():
@@ -189,8 +190,7 @@ def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
     registered; a ``"module:attr"`` id from a file raises :class:`UntrustedEnvError`
     before anything is imported.
     """
-    import envs  # noqa: F401  (registers the bundled ids)
-
+    register_bundled_envs()
     kwargs = dict(env_kwargs or {})
     if env_id.startswith(JAXMARL_PREFIX):
         from envs.jaxmarl_env import make_jaxmarl
