@@ -57,28 +57,6 @@ def _import_modules(names: Sequence[str] | None) -> None:
             raise ValueError(f"--import {name}: {e}") from None
 
 
-def _load_trainer(path: str, env: str | None = None):
-    """An ESTrainer holding a run's newest checkpoint (a run dir) or one checkpoint file."""
-    from feudal_es.checkpoint import SUFFIX, CheckpointManager
-    from feudal_es.seeds import seed_dirs
-    from feudal_es.trainer import ESTrainer
-
-    p = Path(path)
-    if p.is_dir():
-        latest = CheckpointManager(p).latest()
-        seeds = seed_dirs(p)
-        if latest is None and seeds:
-            raise ValueError(f"{p} is a run of {len(seeds)} seeds; name one of its seed "
-                             f"directories, e.g. {next(iter(seeds.values()))}")
-        if latest is None:
-            raise ValueError(f"{p} holds no checkpoint (ckpt_*{SUFFIX}); is it a run "
-                             "directory?")
-        p = latest
-    elif not p.exists():
-        raise ValueError(f"{p} does not exist (expected a run directory or a checkpoint file)")
-    return ESTrainer.from_checkpoint(p, env=env), p
-
-
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "nan" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
@@ -115,14 +93,13 @@ def _train_config(args: argparse.Namespace, base: Any = None):
 
 
 def _run_training(trainer, progress: bool) -> int:
-    """Run an ``ESTrainer`` or a ``MultiSeedTrainer`` and print where everything went."""
+    """Run an ``ESTrainer`` (one seed or many) and print where everything went."""
     cfg = trainer.config
-    members = getattr(trainer, "trainers", [trainer])
-    seeds = f", seeds {list(cfg.run_seeds)} in one program" if len(members) > 1 else ""
-    print(f"feudal-es: training {cfg.env} ({members[0].env.kind} path), mode {cfg.mode}, "
+    seeds = f", seeds {list(trainer.seeds)} in one program" if trainer.many else ""
+    print(f"feudal-es: training {cfg.env} ({trainer.env.kind} path), mode {cfg.mode}, "
           f"{cfg.n_outer} rounds from round {trainer.round}, "
           f"population {cfg.es.num_candidates} x {cfg.episodes} episodes, "
-          f"ES on {members[0].theta_size} parameters ({cfg.es_params}){seeds}", flush=True)
+          f"ES on {trainer.theta_size} parameters ({cfg.es_params}){seeds}", flush=True)
     t0 = time.perf_counter()
     try:
         trainer.run(progress=progress)
@@ -146,17 +123,18 @@ def _run_training(trainer, progress: bool) -> int:
               f"{e.filename or trainer.run_dir}); {kept}; free space, then continue with: "
               f"feudal-es train --resume {trainer.run_dir}", file=sys.stderr)
         return 1
-    if len(members) > 1:
+    if trainer.many:
         print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds of "
-              f"{len(members)} seeds; run dir: {trainer.run_dir}")
-        for t in members:
-            print(f"seed {t.config.seed}: {_summary(t)}; {t.rundir.path}")
+              f"{len(trainer.seeds)} seeds; run dir: {trainer.run_dir}")
+        for rec, history in zip(trainer.recorders, trainer.histories, strict=True):
+            print(f"seed {rec.config.seed}: {_summary(history, rec.best_fitness)}; "
+                  f"{rec.rundir.path}")
         return 0
     rd = trainer.rundir
     written = lambda p: p if p.exists() else "(not written)"
     steps = (trainer.history[-1] if trainer.history else {}).get("env_steps", 0)
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
-          f"{_summary(trainer)}, {steps} MAPPO env steps")
+          f"{_summary(trainer.history, trainer.best_fitness)}, {steps} MAPPO env steps")
     print(f"run dir:        {rd.path}")
     print(f"metrics:        {rd.metrics}")
     print(f"learning curve: {written(rd.plot)}")
@@ -166,19 +144,19 @@ def _run_training(trainer, progress: bool) -> int:
     return 0
 
 
-def _summary(trainer: Any) -> str:
+def _summary(history: list[dict], best: float) -> str:
     """The last round in the progress bar's and the plot's names (rundir.LABELS)."""
     from feudal_es.rundir import LABELS
 
-    if not trainer.history:
+    if not history:
         return "no rounds"
-    last = trainer.history[-1]
-    scored = [(h["selector_fitness"], i) for i, h in enumerate(trainer.history)
+    last = history[-1]
+    scored = [(h["selector_fitness"], i) for i, h in enumerate(history)
               if h.get("selector_fitness") is not None]
     at = max(scored, key=lambda x: x[0])[1] if scored else None  # first round of the best
     text = (f"{LABELS['selector_fitness']} {_fmt(last.get('selector_fitness'))}, "
-            f"{LABELS['best_selector']} {_fmt(trainer.best_fitness)}"
-            + (f" (round {trainer.history[at]['round'] + 1})" if at is not None else ""))
+            f"{LABELS['best_selector']} {_fmt(best)}"
+            + (f" (round {history[at]['round'] + 1})" if at is not None else ""))
     if last.get("fitness_best") is not None:
         text += f", {LABELS['fitness_best']} {_fmt(last['fitness_best'])}"
     return text + " (team fitness, higher is better)"
@@ -194,19 +172,8 @@ def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
         Path(run_dir).resolve()))
 
 
-def _trainer(config: Any, out: str | None) -> Any:
-    """An ESTrainer for one seed, a MultiSeedTrainer for several."""
-    from feudal_es.seeds import MultiSeedTrainer
-    from feudal_es.trainer import ESTrainer
-
-    if len(config.run_seeds) > 1:
-        return MultiSeedTrainer(config, out)
-    return ESTrainer(config, out)
-
-
 def _train(args: argparse.Namespace) -> int:
     from feudal_es.rundir import check_new_run_dir
-    from feudal_es.seeds import MultiSeedTrainer, seed_dirs
     from feudal_es.trainer import ESTrainer
 
     if args.resume:
@@ -215,8 +182,7 @@ def _train(args: argparse.Namespace) -> int:
                              "(and --env repeating the run's env) may be given with it")
         if not Path(args.resume).is_dir():
             raise ValueError(f"cannot resume {args.resume}: no such directory")
-        resume = (MultiSeedTrainer.resume if seed_dirs(args.resume) else ESTrainer.resume)
-        trainer = resume(args.resume, n_outer=args.n_outer, env=args.env)
+        trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer, env=args.env)
         if trainer.round >= trainer.config.n_outer:
             print(f"feudal-es: nothing to do: {args.resume} has completed {trainer.round} "
                   f"of its {trainer.config.n_outer} rounds; pass --n-outer N with N > "
@@ -226,68 +192,34 @@ def _train(args: argparse.Namespace) -> int:
         config = _train_config(args)
         if args.out:  # before any banner or compilation
             check_new_run_dir(args.out)
-        trainer = _trainer(config, args.out)
+        trainer = ESTrainer(config, args.out)
     return _run_training(trainer, progress=not args.no_progress)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from feudal_es.config import demo_config
+    from feudal_es.trainer import ESTrainer
 
     args.config = None
     cfg = _train_config(args, demo_config())
     print("feudal-es demo: MERL on a bundled swarm env with a compact actor sized for a CPU "
           "(feudal_es.config.demo_config); `feudal-es train --help` for the full tool.")
-    return _run_training(_trainer(cfg, args.out), progress=not args.no_progress)
+    return _run_training(ESTrainer(cfg, args.out), progress=not args.no_progress)
 
 
 # ---------------------------------------------------------------------------------------
 # eval
 # ---------------------------------------------------------------------------------------
 def _eval(args: argparse.Namespace) -> int:
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
+    from feudal_es.evaluate import compare_selectors, load_trainer
 
-    from feudal_es.checkpoint import load_selector
-    from feudal_es.stats import t_critical
-
-    trainer, ckpt = _load_trainer(args.run, env=args.env)
-    size = trainer.theta_size
-    names, thetas = [], []
-    for path in args.selector or ():
-        theta, meta = load_selector(path, expected_size=size)
-        _check_selector_file(path, meta, trainer, args.force)
-        names.append(str(path))
-        thetas.append(jnp.asarray(theta, jnp.float32))
-    if not names:  # default: the run's best selector and the checkpoint's current one
-        best = trainer.rundir.best_selector
-        if best.is_file():
-            names.append(str(best))
-            thetas.append(load_selector(best, expected_size=size)[0])
-        names.append(f"{ckpt} (current selector)")
-        thetas.append(trainer.theta_of(trainer.ts.actor))
-    episodes = args.episodes or max(trainer.config.episodes, 16)
-    if episodes < 2:
-        raise ValueError("--episodes must be >= 2 (a standard deviation needs two)")
-    key = jax.random.key(args.seed)
-    returns, metrics = trainer.rollout_stats(jnp.stack(thetas), key, episodes=episodes)
-    rows = []
-    tcrit = t_critical(episodes - 1)
-    for i, name in enumerate(names):
-        r = np.asarray(returns[i], np.float64)
-        mean, std = float(r.mean()), float(r.std(ddof=1))
-        half = tcrit * std / math.sqrt(episodes)
-        row = {"selector": name, "episodes": episodes, "fitness_mean": mean,
-               "fitness_std": std, "ci95": [mean - half, mean + half]}
-        for k, v in metrics.items():
-            row[k] = float(np.mean(v[i]))
-        rows.append(row)
-    result = {"env": trainer.config.env, "checkpoint": str(ckpt), "seed": args.seed,
-              "episodes": episodes, "selectors": rows}
+    trainer, ckpt = load_trainer(args.run, env=args.env)
+    result = compare_selectors(trainer, ckpt, args.selector, args.episodes, args.seed,
+                               args.force)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps({k: v for k, v in result.items() if k != "metrics"}, indent=2))
         return 0
-    metric_names = sorted(metrics)
+    rows, metric_names, episodes = result["selectors"], result["metrics"], result["episodes"]
     better = getattr(getattr(trainer.runtime, "core", None), "metric_better", {})
     what = "selector" if len(rows) == 1 else "selectors"
     print(f"{trainer.config.env}: {len(rows)} {what} on the same {episodes} episodes "
@@ -345,30 +277,15 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_selector_file(path: str, meta: dict, trainer: Any, force: bool) -> None:
-    """A selector file of another env or actor is refused (``--force``: warned)."""
-    want = trainer.checkpoint_metadata()
-    diffs = [f"{what}: file has {meta.get(key)!r}, the run has {want.get(key)!r}"
-             for key, what in (("env", "env"), ("es_params", "evolved parameters"))
-             if meta.get(key) != want.get(key)]
-    mine, theirs = want["config"]["actor"], (meta.get("config") or {}).get("actor")
-    if theirs != mine:
-        diffs.append("actor: another architecture (ActorConfig) than the run's")
-    if diffs:
-        message = f"selector file {path} is not of this run's setup: " + "; ".join(diffs)
-        if not force:
-            raise ValueError(message + " (--force to evaluate it anyway)")
-        logging.getLogger("feudal_es").warning("%s; evaluating it anyway (--force)", message)
-
-
 def _render(args: argparse.Namespace) -> int:
     from feudal_es.checkpoint import load_selector
+    from feudal_es.evaluate import check_selector_file, load_trainer
 
-    trainer, _ = _load_trainer(args.run, env=args.env)
+    trainer, _ = load_trainer(args.run, env=args.env)
     theta = None
     if args.selector:
         theta, meta = load_selector(args.selector, expected_size=trainer.theta_size)
-        _check_selector_file(args.selector, meta, trainer, args.force)
+        check_selector_file(args.selector, meta, trainer, args.force)
     out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
     if out is None:
         return 1
@@ -377,51 +294,23 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    import jax
-    import numpy as np
-
-    from agents import FeudalActor, selector_theta
-    from envs.episode import run_episode, stateless
-    from feudal_es.pretrain import PretrainConfig, expert_policy, imitate, save_pretrained
+    from feudal_es.pretrain import PretrainConfig, pretrain
     from feudal_es.resolve import resolve_env
-    from feudal_es.rollout import make_population_rollouts
 
     cfg = _train_config(args)
     env = resolve_env(cfg.env, cfg.env_kwargs)
-    if env.kind != "jax":
-        raise ValueError(f"pretrain needs a bundled env with reference policies, got {cfg.env!r}")
-    core = env.core
-    option = (core.skill_names.index(args.option) if args.option in core.skill_names
-              else int(args.option))
+    names = list(env.core.skill_names) if env.kind == "jax" else []
+    if args.option in names:
+        option = names.index(args.option)
+    elif args.option.isdigit():
+        option = int(args.option)
+    else:
+        raise ValueError(f"--option {args.option!r}: name an option of the env "
+                         f"({', '.join(names) or 'none'}) or give its index")
     pcfg = PretrainConfig(expert=args.expert, option=option, rounds=args.rounds,
                           episodes=args.episodes, steps_per_round=args.steps, seed=cfg.seed)
-    name, expert = expert_policy(cfg.env, pcfg.expert)
-    actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=option)
-    actor = FeudalActor.from_env(jax.random.key(cfg.seed), core, actor_cfg)
-    print(f"feudal-es pretrain: imitating {name} on {cfg.env}, option "
-          f"{core.skill_names[option]!r}: {pcfg.rounds} rounds (behaviour cloning, then "
-          f"DAgger) of {pcfg.episodes} episodes and {pcfg.steps_per_round} steps", flush=True)
-    actor, losses = imitate(core, actor, expert, pcfg)
-    keys = jax.random.split(jax.random.key(args.eval_seed), args.eval_episodes)
-    rollouts = jax.jit(make_population_rollouts(core, cfg.mappo.selector_period, True))
-    ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None], keys))
-    ret, metrics = ret[0], {k: v[0] for k, v in metrics.items()}
-    ref = jax.device_get(jax.jit(jax.vmap(lambda k: run_episode(
-        k, core, stateless(expert, core), record=lambda o: o.metrics)))(keys))
-    rows = {"imitator": {"team_return": float(np.mean(ret)),
-                         **{k: float(np.mean(v)) for k, v in metrics.items()}},
-            name: {"team_return": float(np.mean(ref.team_return)),
-                   **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
-    from feudal_es.checkpoint import SUFFIX
-    from feudal_es.rundir import default_run_dir
-
-    out = save_pretrained(args.out or str(default_run_dir(cfg.env, f"{name}-pretrained"))
-                          + SUFFIX, actor, {
-        "env": cfg.env, "config": cfg.to_dict(), "expert": name, "option": option,
-        "pretrain": dataclasses.asdict(pcfg), "loss_first": losses[0], "loss_last": losses[-1],
-        "heldout": rows})
+    out, rows, losses = pretrain(cfg, pcfg, args.out, args.eval_episodes, args.eval_seed,
+                                 log=lambda msg: print(msg, flush=True))
     print(f"loss {losses[0]:.4g} -> {losses[-1]:.4g}; on {args.eval_episodes} held-out "
           f"episodes (seed {args.eval_seed}):")
     for who, row in rows.items():
@@ -442,7 +331,7 @@ def _convert(args: argparse.Namespace) -> int:
 # parser
 # ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from feudal_es.config import MODES
+    from feudal_es.modes import MODES
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--import", dest="imports", action="append", metavar="MODULE",
@@ -458,9 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`); "
                             "with --resume, the run's own env (to trust a 'module:attr')")
         p.add_argument("--mode", choices=list(MODES),
-                       help="merl: ES on the selector + MAPPO on the executor; es: ES on the "
-                            "whole actor; es-selector: ES on the selector, executor frozen; "
-                            "mappo: MAPPO, selector frozen (see ActorConfig.options)")
+                       help="; ".join(f"{m.name}: {m.summary}" for m in MODES.values()))
         p.add_argument("--n-outer", type=int, help="outer MERL rounds")
         p.add_argument("--seed", type=int)
         p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
@@ -588,12 +475,17 @@ def _cwd_importable() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # before JAX runs anything: one CPU device per core
     args = build_parser().parse_args(argv)
     _cwd_importable()
+    from feudal_es.api import register
     from feudal_es.checkpoint import CheckpointError
 
     _log_to_stderr()
     try:
+        register()
         _enable_compile_cache()
         _import_modules(getattr(args, "imports", None))
         return args.func(args)

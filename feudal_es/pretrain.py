@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -30,7 +30,11 @@ from envs.base import SwarmEnv
 from envs.validate import check_int, check_number
 from feudal_es import checkpoint
 
-__all__ = ["PretrainConfig", "expert_policy", "imitate", "load_pretrained", "save_pretrained"]
+if TYPE_CHECKING:
+    from feudal_es.config import TrainerConfig
+
+__all__ = ["PretrainConfig", "expert_policy", "imitate", "load_pretrained", "pretrain",
+           "save_pretrained"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,3 +161,47 @@ def load_pretrained(path: str | Path, actor: FeudalActor) -> FeudalActor:
         raise checkpoint.CheckpointError(f"{path} is not a pretrained actor (feudal-es "
                                          "pretrain writes those)")
     return tree["actor"]
+
+
+def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None = None,
+             eval_episodes: int = 16, eval_seed: int = 4242,
+             log: Callable[[str], None] = print) -> tuple[Path, dict[str, dict], list[float]]:
+    """What ``feudal-es pretrain`` runs: imitate ``cfg.expert`` on ``config``'s env
+    (a :class:`~feudal_es.config.TrainerConfig`: env, env kwargs, actor sizes) holding
+    ``cfg.option``, score the imitator and the expert on ``eval_episodes`` held-out
+    episodes (seed ``eval_seed``) and save the actor (default path: under ``runs/``).
+    Returns ``(path, {who: {metric: mean}}, losses)``."""
+    from envs.episode import run_episode, stateless
+    from feudal_es.resolve import resolve_env
+    from feudal_es.rollout import make_population_rollouts
+    from feudal_es.rundir import default_run_dir
+    from feudal_es.theta import selector_theta
+
+    env = resolve_env(config.env, config.env_kwargs)
+    if env.kind != "jax":
+        raise ValueError(f"pretrain needs a bundled env with reference policies, got "
+                         f"{config.env!r}")
+    core = env.core
+    name, expert = expert_policy(config.env, cfg.expert)
+    actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=cfg.option)
+    actor = FeudalActor.from_env(jax.random.key(config.seed), core, actor_cfg)
+    log(f"feudal-es pretrain: imitating {name} on {config.env}, option "
+        f"{core.skill_names[cfg.option]!r}: {cfg.rounds} rounds (behaviour cloning, then "
+        f"DAgger) of {cfg.episodes} episodes and {cfg.steps_per_round} steps")
+    actor, losses = imitate(core, actor, expert, cfg)
+    keys = jax.random.split(jax.random.key(eval_seed), eval_episodes)
+    rollouts = jax.jit(make_population_rollouts(core, True))
+    ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None], keys))
+    ret, metrics = ret[0], {k: v[0] for k, v in metrics.items()}
+    ref = jax.device_get(jax.jit(jax.vmap(lambda k: run_episode(
+        k, core, stateless(expert, core), record=lambda o: o.metrics)))(keys))
+    rows = {"imitator": {"team_return": float(np.mean(ret)),
+                         **{k: float(np.mean(v)) for k, v in metrics.items()}},
+            name: {"team_return": float(np.mean(ref.team_return)),
+                   **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
+    path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX
+    saved = save_pretrained(path, actor, {
+        "env": config.env, "config": config.to_dict(), "expert": name, "option": cfg.option,
+        "pretrain": dataclasses.asdict(cfg), "loss_first": losses[0], "loss_last": losses[-1],
+        "heldout": rows})
+    return saved, rows, losses

@@ -1,0 +1,114 @@
+"""Saved selectors compared on identical episodes: what ``feudal-es eval`` computes.
+
+A run's executor (its newest checkpoint, or one checkpoint file) plays every selector on
+the same episodes (common random numbers); each selector gets its team fitness' mean,
+std and 95% t-interval over episodes and the env's metrics at the end of each episode. A
+selector file of another env or actor is refused before anything runs (``force``:
+warned instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from feudal_es.checkpoint import SUFFIX, CheckpointManager, load_selector
+from feudal_es.config import TrainerConfig
+from feudal_es.rundir import seed_dirs
+from feudal_es.stats import t_critical
+from feudal_es.trainer import ESTrainer
+
+__all__ = ["check_selector_file", "compare_selectors", "load_trainer"]
+
+log = logging.getLogger("feudal_es")
+
+
+def load_trainer(path: str | os.PathLike, env: str | None = None) -> tuple[ESTrainer, Path]:
+    """A one-seed trainer holding a run's newest checkpoint (a run directory) or one
+    checkpoint file, and that checkpoint's path."""
+    p = Path(path)
+    if p.is_dir():
+        latest = CheckpointManager(p).latest()
+        seeds = seed_dirs(p)
+        if latest is None and seeds:
+            raise ValueError(f"{p} is a run of {len(seeds)} seeds; name one of its seed "
+                             f"directories, e.g. {next(iter(seeds.values()))}")
+        if latest is None:
+            raise ValueError(f"{p} holds no checkpoint (ckpt_*{SUFFIX}); is it a run "
+                             "directory?")
+        p = latest
+    elif not p.exists():
+        raise ValueError(f"{p} does not exist (expected a run directory or a checkpoint file)")
+    return ESTrainer.from_checkpoint(p, env=env), p
+
+
+def check_selector_file(path: str | os.PathLike, meta: dict, trainer: ESTrainer,
+                        force: bool = False) -> None:
+    """Refuse a selector file of another env, evolved-parameter set or actor architecture
+    than ``trainer``'s (``force``: warn and go on)."""
+    want = trainer.checkpoint_metadata()
+    diffs = [f"{what}: file has {meta.get(key)!r}, the run has {want.get(key)!r}"
+             for key, what in (("env", "env"), ("es_params", "evolved parameters"))
+             if meta.get(key) != want.get(key)]
+    try:
+        theirs = TrainerConfig.from_dict(meta["config"]).actor
+    except (KeyError, TypeError, ValueError):
+        theirs = None
+    if theirs != trainer.config.actor:
+        diffs.append("actor: another architecture (ActorConfig) than the run's")
+    if diffs:
+        message = f"selector file {path} is not of this run's setup: " + "; ".join(diffs)
+        if not force:
+            raise ValueError(message + " (--force to evaluate it anyway)")
+        log.warning("%s; evaluating it anyway (--force)", message)
+
+
+def compare_selectors(trainer: ESTrainer, checkpoint: Path,
+                      selectors: list[str | os.PathLike] | None = None,
+                      episodes: int | None = None, seed: int = 12345,
+                      force: bool = False) -> dict[str, Any]:
+    """Every selector (files; default: the run's best selector and the checkpoint's
+    current one) with ``trainer``'s executor on the ``episodes`` episodes of
+    ``split(key(seed), episodes)`` (default ``max(16, config.episodes)``). Returns
+    ``{"env", "checkpoint", "seed", "episodes", "selectors": [row, ...], "metrics":
+    [name, ...]}``, a row per selector: ``selector``, ``fitness_mean``, ``fitness_std``,
+    ``ci95`` and each env metric's mean."""
+    size = trainer.theta_size
+    names, thetas = [], []
+    for path in selectors or ():
+        theta, meta = load_selector(path, expected_size=size)
+        check_selector_file(path, meta, trainer, force)
+        names.append(str(path))
+        thetas.append(jnp.asarray(theta, jnp.float32))
+    if not names:  # default: the run's best selector and the checkpoint's current one
+        best = trainer.rundir.best_selector
+        if best.is_file():
+            names.append(str(best))
+            thetas.append(load_selector(best, expected_size=size)[0])
+        names.append(f"{checkpoint} (current selector)")
+        thetas.append(trainer.theta_of(trainer.ts.actor))
+    episodes = episodes or max(trainer.config.episodes, 16)
+    if episodes < 2:
+        raise ValueError("--episodes must be >= 2 (a standard deviation needs two)")
+    returns, metrics = trainer.rollout_stats(jnp.stack(thetas), jax.random.key(seed),
+                                             episodes=episodes)
+    rows = []
+    tcrit = t_critical(episodes - 1)
+    for i, name in enumerate(names):
+        r = np.asarray(returns[i], np.float64)
+        mean, std = float(r.mean()), float(r.std(ddof=1))
+        half = tcrit * std / math.sqrt(episodes)
+        row = {"selector": name, "episodes": episodes, "fitness_mean": mean,
+               "fitness_std": std, "ci95": [mean - half, mean + half]}
+        for k, v in metrics.items():
+            row[k] = float(np.mean(v[i]))
+        rows.append(row)
+    return {"env": trainer.config.env, "checkpoint": str(checkpoint), "seed": seed,
+            "episodes": episodes, "selectors": rows, "metrics": sorted(metrics)}
