@@ -30,7 +30,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from experiments import common, coverage, mpe, rover, swarm
+from experiments import coverage, mpe, rover, swarm
+from experiments.machine import LoadSampler, Timer, machine_note
+from experiments.report import RESULTS, write_json
+from experiments.training import SEEDS
 
 STUDIES = {"rover": rover.run, "coverage": coverage.run, "discovery": swarm.discovery,
            "dispersion": swarm.dispersion, "mpe": mpe.run}
@@ -44,7 +47,7 @@ def defaults(scale: float, seeds: list[int] | None, jobs: int | None
     """The seeds and concurrent studies of a run: the given ones, else 10 seeds and one
     study at a time, or for a smoke run (``scale < SMOKE_SCALE``) 2 seeds and 2 studies."""
     smoke = scale < SMOKE_SCALE
-    chosen = tuple(seeds) if seeds else (SMOKE_SEEDS if smoke else common.SEEDS)
+    chosen = tuple(seeds) if seeds else (SMOKE_SEEDS if smoke else SEEDS)
     return chosen, int(jobs) if jobs else (SMOKE_JOBS if smoke else 1)
 
 
@@ -72,6 +75,9 @@ def _subprocess(name: str, scale: float, seeds: tuple[int, ...], out: Path,
 
 
 def main(argv: list[str] | None = None) -> None:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # one JAX CPU device per core, before JAX runs anything
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every env-step budget")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=None,
                    help=f"studies run at once, each in its own process (default: 1, or "
                         f"{SMOKE_JOBS} below --scale {SMOKE_SCALE})")
-    p.add_argument("--out", type=Path, default=common.RESULTS)
+    p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--only", nargs="+", choices=list(STUDIES), default=list(STUDIES))
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # a child
     a = p.parse_args(argv)
@@ -91,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         for name in a.only:
             STUDIES[name](a.scale, seeds, a.out)
         return
-    clock = common.Timer()
-    load = common.LoadSampler()
+    clock = Timer()
+    load = LoadSampler()
     timing: dict[str, Any] = {
         "scale": a.scale, "seeds": list(seeds), "jobs": jobs,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     lock = threading.Lock()  # the studies' threads share ``timing`` and its file
 
     def one(name: str) -> None:
-        t, first = common.Timer(), len(load.samples)
+        t, first = Timer(), len(load.samples)
         _subprocess(name, a.scale, seeds, a.out, echo=jobs == 1)
         with lock:
             during = load.samples[first:] or load.samples[-1:]
@@ -110,9 +116,9 @@ def main(argv: list[str] | None = None) -> None:
                                        "loadavg_1min_mean": round(sum(during) / len(during),
                                                                   2)}
             print(f"[all] {name} done in {t():.0f}s (total {clock():.0f}s)", flush=True)
-            common.write_json(path, {**timing, "total_wall_time_s": round(clock(), 1),
-                                     "loadavg_1min_every_60s": load.summary(),
-                                     "machine": common.machine_note()})
+            write_json(path, {**timing, "total_wall_time_s": round(clock(), 1),
+                              "loadavg_1min_every_60s": load.summary(),
+                              "machine": machine_note()})
 
     if jobs == 1:
         for name in a.only:

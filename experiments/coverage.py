@@ -16,17 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    RESULTS,
-    SEEDS,
-    Variant,
-    above,
-    compare_arms,
-    fmt_ci,
-    heldout_keys,
-    reference_returns,
-    study_main,
-)
+from experiments.cli import study_main
+from experiments.report import RESULTS
+from experiments.stats import above, fmt_ci
+from experiments.training import SEEDS, Variant, compare_arms, heldout_keys, reference_returns
 
 MAX_STEPS = 40
 BUDGET = 100_000  # env steps per run at --scale 1 (the CNN actor trains at ~3k steps/s)
@@ -45,9 +38,10 @@ def base_config(init_from: str = "") -> dict[str, Any]:
         env="feudal_es/Coverage-v0", env_kwargs=dict(ENV_KWARGS), grad_steps_per_outer=4,
         episodes=2, init_from=init_from,
         es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
-        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, selector_period=8,
-                   lr=3e-4, critic_lr=3e-3, ent_coef=0.0),
-        actor=dataclasses.asdict(COMPACT_ACTOR), critic=dict(hidden=[64, 64]))
+        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, lr=3e-4,
+                   critic_lr=3e-3, ent_coef=0.0),
+        actor={**dataclasses.asdict(COMPACT_ACTOR), "selector_period": 8},
+        critic=dict(hidden=[64, 64]))
 
 
 def pretrain(path: Path, scale: float) -> Path:
@@ -82,17 +76,18 @@ def bc_start(path: Path, episodes: int) -> dict[str, list[float]]:
     import jax
     import numpy as np
 
-    from agents import FeudalActor, selector_theta
+    from agents import FeudalActor
     from feudal_es.config import TrainerConfig
     from feudal_es.pretrain import load_pretrained
     from feudal_es.resolve import resolve_env
     from feudal_es.rollout import make_population_rollouts
+    from feudal_es.theta import selector_theta
 
     cfg = TrainerConfig.from_dict(base_config())
     core = resolve_env(cfg.env, cfg.env_kwargs).core
     actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=COVER)
     actor = load_pretrained(path, FeudalActor.from_env(jax.random.key(0), core, actor_cfg))
-    rollouts = jax.jit(make_population_rollouts(core, cfg.mappo.selector_period, True))
+    rollouts = jax.jit(make_population_rollouts(core, True))
     ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None],
                                            heldout_keys(episodes)))
     return {"team_return": np.asarray(ret[0]).tolist(),

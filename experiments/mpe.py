@@ -15,15 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    RESULTS,
-    SEEDS,
-    Variant,
-    compare_arms,
-    fmt_ci,
-    load_config,
-    study_main,
-)
+from experiments.cli import load_config, study_main
+from experiments.report import RESULTS
+from experiments.stats import fmt_ci
+from experiments.training import SEEDS, Variant, compare_arms
 
 MAX_STEPS = 26
 BUDGET = 400_000

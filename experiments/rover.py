@@ -18,18 +18,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    ABLATION_ARMS,
-    RESULTS,
-    SEEDS,
-    Variant,
-    combine_files,
-    compare_arms,
-    load_config,
-    merl_beats,
-    reference_returns,
-    study_main,
-)
+from experiments.arms import ABLATION_ARMS
+from experiments.cli import load_config, study_main
+from experiments.report import RESULTS, combine_files
+from experiments.training import SEEDS, Variant, compare_arms, merl_beats, reference_returns
 
 MAX_STEPS = 50
 BUDGET = 1_000_000  # env steps per run at --scale 1

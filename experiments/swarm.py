@@ -17,15 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.common import (
-    RESULTS,
-    SEEDS,
-    Variant,
-    compare_arms,
-    load_config,
-    merl_beats,
-    study_main,
-)
+from experiments.cli import load_config, study_main
+from experiments.report import RESULTS
+from experiments.training import SEEDS, Variant, compare_arms, merl_beats
 
 MAX_STEPS = 40
 BUDGET = 256_000  # env steps per run at --scale 1

@@ -25,20 +25,11 @@ from typing import Any
 import numpy as np
 
 from experiments import coverage, rover, swarm
-from experiments.common import (
-    ABLATION_ARMS,
-    RESULTS,
-    Timer,
-    arm_config,
-    equal_budget,
-    fmt_ci,
-    machine_note,
-    merge,
-    slug,
-    summarize,
-    train_arm,
-    write_json,
-)
+from experiments.arms import ABLATION_ARMS, arm_config, equal_budget, merge
+from experiments.machine import Timer, machine_note
+from experiments.report import RESULTS, slug, write_json
+from experiments.stats import fmt_ci, summarize
+from experiments.training import train_arm
 
 VALIDATION_SEED = 654_321  # root of the sweeps' validation episodes (not the held-out key)
 SEEDS = (100, 101, 102, 103)  # four seeds: two per device on a 2-core CPU
@@ -70,11 +61,11 @@ def _coverage_base(run_root: Path) -> dict:
 # the probes of the swarm studies (Rover's settings on another env): the selector period
 # the Rover sweep chose and the earlier one, a lower MAPPO lr, a smaller ES sigma
 _SWARM_PROBES = [
-    ("selector period 25", {"mappo": {"selector_period": 25}}),
-    ("selector period 10", {"mappo": {"selector_period": 10}}),
-    ("selector period 25, MAPPO lr 1e-3", {"mappo": {
-        "selector_period": 25, "lr": 1e-3, "critic_lr": 1e-3}}),
-    ("selector period 25, ES sigma 0.05", {"mappo": {"selector_period": 25},
+    ("selector period 25", {"actor": {"selector_period": 25}}),
+    ("selector period 10", {"actor": {"selector_period": 10}}),
+    ("selector period 25, MAPPO lr 1e-3", {"actor": {"selector_period": 25},
+                                           "mappo": {"lr": 1e-3, "critic_lr": 1e-3}}),
+    ("selector period 25, ES sigma 0.05", {"actor": {"selector_period": 25},
                                            "es": {"sigma": 0.05}}),
 ]
 
@@ -85,12 +76,12 @@ STUDIES: dict[str, Study] = {
         # each probe names every field it sets, so the sweep repeats whatever
         # configs/rover.json now holds (it holds the winner: selector period 25)
         probes=[
-            ("selector period 10", {"mappo": {"selector_period": 10}}),
-            ("selector period 10, MAPPO lr 1e-3", {"mappo": {
-                "selector_period": 10, "lr": 1e-3, "critic_lr": 1e-3}}),
-            ("selector period 10, ES sigma 0.05", {"mappo": {"selector_period": 10},
+            ("selector period 10", {"actor": {"selector_period": 10}}),
+            ("selector period 10, MAPPO lr 1e-3", {"actor": {"selector_period": 10},
+                                                   "mappo": {"lr": 1e-3, "critic_lr": 1e-3}}),
+            ("selector period 10, ES sigma 0.05", {"actor": {"selector_period": 10},
                                                    "es": {"sigma": 0.05}}),
-            ("selector period 25", {"mappo": {"selector_period": 25}}),
+            ("selector period 25", {"actor": {"selector_period": 25}}),
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": 0}}}),
     # Discovery at the harder coupling, where switching options matters
@@ -108,11 +99,14 @@ STUDIES: dict[str, Study] = {
     "coverage": Study(
         _coverage_base, coverage.MAX_STEPS,
         probes=[
-            ("actor lr 3e-4, selector period 8", {"mappo": {"lr": 3e-4, "selector_period": 8}}),
-            ("actor lr 1e-4, selector period 8", {"mappo": {"lr": 1e-4, "selector_period": 8}}),
-            ("actor lr 1e-3, selector period 8", {"mappo": {"lr": 1e-3, "selector_period": 8}}),
-            ("actor lr 3e-4, selector period 20", {"mappo": {"lr": 3e-4,
-                                                             "selector_period": 20}}),
+            ("actor lr 3e-4, selector period 8", {"mappo": {"lr": 3e-4},
+                                                  "actor": {"selector_period": 8}}),
+            ("actor lr 1e-4, selector period 8", {"mappo": {"lr": 1e-4},
+                                                  "actor": {"selector_period": 8}}),
+            ("actor lr 1e-3, selector period 8", {"mappo": {"lr": 1e-3},
+                                                  "actor": {"selector_period": 8}}),
+            ("actor lr 3e-4, selector period 20", {"mappo": {"lr": 3e-4},
+                                                   "actor": {"selector_period": 20}}),
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": coverage.COVER}}},
         arms=coverage.ARMS, budget=40_000),
@@ -178,6 +172,9 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # one JAX CPU device per core, before JAX runs anything
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("study", choices=list(STUDIES))
     p.add_argument("--probes", nargs="+", help="run only these probes (by name)")

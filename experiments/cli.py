@@ -1,0 +1,42 @@
+"""What every study's command line shares: the options (``--scale``, ``--seeds``,
+``--out``) and the ``configs/`` recipes a study starts from, so each study script only
+adds its own options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from experiments.report import RESULTS
+from experiments.training import SEEDS
+
+__all__ = ["load_config", "study_main"]
+
+
+def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
+               options: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
+    """The command line every study shares: ``--scale``, ``--seeds``, ``--out``;
+    ``options(parser)`` adds a study's own, passed to ``run`` as keywords. JAX gets one
+    CPU device per core first, as the trainer's CLI gives it (many seeds split over
+    them)."""
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--out", type=Path, default=RESULTS)
+    if options is not None:
+        options(p)
+    a = vars(p.parse_args(argv))
+    run(a.pop("scale"), tuple(a.pop("seeds")), a.pop("out"), **a)
+
+
+def load_config(name: str) -> dict[str, Any]:
+    """A recipe of ``configs/`` (the settings a study shares across its arms)."""
+    path = Path(__file__).resolve().parent.parent / "configs" / f"{name}.json"
+    return json.loads(path.read_text())

@@ -1,0 +1,194 @@
+"""Training the arms and running a study: every seed of an arm in one program at the
+arm's share of an equal env-step budget, held-out evaluation of the final policies and of
+hand-written reference policies, and one study (arms x seeds on each variant) end to end
+with its goals and output files.
+
+Held-out evaluation: ``eval_episodes`` episodes from ``split(key(HELDOUT_SEED), E)``, a key
+no training run uses, the same episodes for every arm, seed and reference policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.arms import (
+    ABLATION_ARMS,
+    ARMS,
+    arm_config,
+    equal_budget,
+    merge,
+    round_sizes,
+    steps_per_round,
+)
+from experiments.machine import Timer, machine_note
+from experiments.report import slug, write_report
+from experiments.stats import above, fmt_ci, summarize
+
+__all__ = ["HELDOUT_SEED", "SEEDS", "Variant", "compare_arms", "heldout_keys", "merl_beats",
+           "reference_returns", "run_variant", "train_arm"]
+
+SEEDS = tuple(range(10))  # every study's default seeds
+HELDOUT_SEED = 123_456  # root of the held-out evaluation episodes (never used in training)
+
+
+def heldout_keys(episodes: int, root: int = HELDOUT_SEED) -> Any:
+    """The held-out episodes' keys (the same for every arm, seed and reference); another
+    ``root`` gives another set (the sweeps' validation episodes)."""
+    import jax
+
+    return jax.random.split(jax.random.key(root), episodes)
+
+
+def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
+              eval_episodes: int, run_dir: Path, metric: str | None = None,
+              arm: str = "", eval_root: int = HELDOUT_SEED) -> tuple[list[dict], Any]:
+    """Train every seed of ``config`` for ``rounds`` rounds (two or more seeds: one
+    program, :func:`feudal_es.train`), then play the final policies on the held-out
+    episodes (of key ``eval_root``). Returns one result per seed (curve, held-out team
+    returns and final ``metric`` per episode, times) and the trainer (for GIFs: seed ``i``
+    is ``trainer.write_gif(path, index=i)``)."""
+    import jax
+
+    import feudal_es
+    from feudal_es.config import TrainerConfig
+
+    cfg = TrainerConfig.from_dict({**config, "seeds": list(seeds) if len(seeds) > 1 else [],
+                                   "seed": int(seeds[0]), "n_outer": rounds,
+                                   "checkpoint_every": 10**6, "plot_every": 10**6,
+                                   "gif": False})
+    per_round = steps_per_round(cfg, max_steps)
+    shutil.rmtree(run_dir, ignore_errors=True)  # a study always starts from scratch
+    t0 = time.perf_counter()
+    trainer = feudal_es.train(cfg, run_dir)
+    train_time = time.perf_counter() - t0
+    ret, metrics = trainer.evaluate(jax.random.key(eval_root), eval_episodes)
+    total = time.perf_counter() - t0
+    out = []
+    for i, (seed, h) in enumerate(zip(seeds, trainer.histories, strict=True)):
+        row = {"arm": arm, "mode": cfg.mode, "seed": int(seed), "rounds": rounds,
+               "env_steps": rounds * per_round,
+               "curve": {"env_steps": [(r["round"] + 1) * per_round for r in h],
+                         "fitness": [r["selector_fitness"] for r in h]},
+               "heldout_team_return": [float(v) for v in ret[i]],
+               "train_time_s": round(train_time, 2), "total_time_s": round(total, 2),
+               "seeds_in_program": len(seeds)}
+        if metric is not None and metric in metrics:
+            row["heldout_" + metric] = [float(v) for v in metrics[metric][i]]
+        out.append(row)
+    return out, trainer
+
+
+def reference_returns(env: Any, policies: dict[str, Callable], episodes: int,
+                      metric: str | None = None) -> dict[str, dict[str, list[float]]]:
+    """Team return (and final ``metric``) per held-out episode of each reference policy
+    (``policy(key, env, state) -> actions``), on the learned arms' held-out episodes."""
+    import jax
+
+    from envs.episode import run_episode, stateless
+
+    out = {}
+    for name, pol in policies.items():
+        def one(k, pol=pol):
+            ep = run_episode(k, env, stateless(pol, env))
+            return ep.team_return, (ep.outs.metrics[metric][-1] if metric else ep.team_return)
+
+        ret, met = jax.device_get(jax.jit(jax.vmap(one))(heldout_keys(episodes)))
+        out[name] = {"team_return": [float(v) for v in ret]}
+        if metric:
+            out[name][metric] = [float(v) for v in met]
+    return out
+
+
+@dataclasses.dataclass
+class Variant:
+    """One setting of a study: its base config and what is compared on it."""
+
+    label: str
+    base: dict[str, Any]
+    max_steps: int
+    arms: tuple[str, ...] = ABLATION_ARMS
+    extra: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-arm overrides
+    references: Callable[[int], dict[str, dict[str, list[float]]]] | None = None
+    gif_arms: tuple[str, ...] = ()  # arms whose best seed's final policy is drawn as a GIF
+
+
+def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
+                eval_episodes: int, metric: str, run_root: Path, out_dir: Path,
+                log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every arm of ``v`` over ``seeds`` at an equal env-step budget, plus its references."""
+    spent, rounds = equal_budget(v.base, v.max_steps, budget, v.arms, v.extra)
+    refs = v.references(eval_episodes) if v.references else {}
+    runs, gifs = [], {}
+    for arm in v.arms:
+        clock = Timer()
+        cfg = arm_config(v.base, arm, v.extra.get(arm))
+        rows, trainer = train_arm(cfg, seeds, rounds[arm], v.max_steps, eval_episodes,
+                                  run_root / study / slug(v.label) / arm, metric, arm)
+        runs += rows
+        means = [np.mean(r["heldout_team_return"]) for r in rows]
+        log(f"  [{study}] {v.label} · {arm}: {rounds[arm]} rounds x {len(seeds)} seeds, "
+            f"{spent} env steps each, held-out team return {np.mean(means):.3f} "
+            f"(seeds {min(means):.3f}..{max(means):.3f}), {clock():.0f} s")
+        if arm in v.gif_arms:
+            best = int(np.argmax(means))
+            path = out_dir / f"{study}-{slug(v.label)}-{arm}.gif"
+            trainer.write_gif(path, index=best)
+            gifs[arm] = {"path": path.name, "seed": int(seeds[best])}
+    return {"label": v.label, "config": v.base, "arm_overrides": {
+                a: merge(ARMS[a], v.extra.get(a, {})) for a in v.arms},
+            "budget_env_steps": spent, "rounds": rounds,
+            "round_env_steps": round_sizes(v.base, v.max_steps, v.arms, v.extra),
+            "team_return": {a: summarize([np.mean(r["heldout_team_return"]) for r in runs
+                                          if r["arm"] == a]) for a in v.arms},
+            metric: {a: summarize([np.mean(r["heldout_" + metric]) for r in runs
+                                   if r["arm"] == a and "heldout_" + metric in r])
+                     for a in v.arms if any("heldout_" + metric in r for r in runs)},
+            "references": {n: {k: {**summarize(vals), "over": "episodes"}
+                               for k, vals in d.items()} for n, d in refs.items()},
+            "references_per_episode": refs, "gifs": gifs, "runs": runs}
+
+
+def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Sequence[int],
+                 eval_episodes: int, metric: str, metric_label: str, fitness_label: str,
+                 out_dir: Path, run_root: Path, goals: Callable[[dict], list[dict]],
+                 higher: bool = True) -> dict[str, Any]:
+    """Run every variant; write ``<name>.json`` (raw per-seed results, configs, goals),
+    ``<name>.csv``, ``<name>.png`` (curves with 95% bands, held-out bars) and
+    ``<name>.md``. ``goals(report)`` -> ``[{"goal", "met", "numbers"}]``."""
+    clock = Timer()
+    report: dict[str, Any] = {"study": name, "seeds": list(seeds),
+                              "eval_episodes": eval_episodes, "heldout_seed": HELDOUT_SEED,
+                              "metric": metric, "metric_higher_is_better": higher,
+                              "variants": {}}
+    for v in variants:
+        print(f"[{name}] {v.label}", flush=True)
+        report["variants"][v.label] = run_variant(name, v, budget, seeds, eval_episodes,
+                                                  metric, run_root, out_dir)
+    report["goals"] = goals(report)
+    report["wall_time_s"] = round(clock(), 1)
+    report["machine"] = machine_note()
+    return write_report(report, out_dir, fitness_label, metric_label)
+
+
+def merl_beats(report: dict, label: str, key: str = "team_return",
+               higher: bool = True, threshold: float | None = None) -> dict[str, Any]:
+    """The usual goal: MERL better than every other arm with disjoint 95% CIs (and, with
+    ``threshold``, its mean at least that)."""
+    v = report["variants"][label]
+    merl = v[key]["merl"]
+    wins = {a: above(merl, s, higher) for a, s in v[key].items() if a != "merl"}
+    met = all(wins.values())
+    text = f"{label}: MERL's {key.replace('_', ' ')} above every ablation, disjoint 95% CIs"
+    if threshold is not None:
+        met = met and merl["mean"] >= threshold
+        text = f"{label}: MERL's {key.replace('_', ' ')} >= {threshold} and above every " \
+               "ablation with disjoint 95% CIs"
+    nums = {a: fmt_ci(s["mean"], s["ci95"]) for a, s in v[key].items()}
+    return {"goal": text, "met": bool(met), "numbers": nums, "disjoint_wins": wins}
