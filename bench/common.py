@@ -113,3 +113,18 @@ class Report:
                "settings": settings, "units": units or {}, "results": results}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def train_timed(trainer: Any) -> dict[str, float]:
+    """Run a trainer to its end, timing round 0 (compilation) apart: ``compile_s``,
+    ``run_s`` (the rest, with the end of run's plot, checkpoint and GIF) and ``round_s``
+    (the rest's rounds alone, from their metrics rows' ``round_time``: how an anchor times
+    its training call)."""
+    t0 = time.perf_counter()
+    trainer.run(rounds=1)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    trainer.run()
+    run_s = time.perf_counter() - t0
+    round_s = sum(row["round_time"] for row in trainer.histories[0][1:])
+    return {"compile_s": compile_s, "run_s": run_s, "round_s": round_s}

@@ -96,6 +96,9 @@ def evosax_open_es(theta0, cfg, generations, key):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # one JAX CPU device per core, as the trainer's CLI runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--pop", type=int, default=256)

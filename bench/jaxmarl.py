@@ -40,15 +40,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a file: python bench/jaxmarl.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import feudal_es  # noqa: F401 - one JAX CPU device per core, as the trainer runs
-from bench.common import Report, add_json_arg, markdown_table
+from bench.common import Report, add_json_arg, markdown_table, train_timed
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "jaxmarl" / "run_anchor.sh"
@@ -60,9 +58,9 @@ IPPO = dict(
     mappo=dict(num_envs=16, num_steps=128, epochs=4, minibatches=4, lr=2.5e-4,
                critic_lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
                ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, value_norm=False,
-               huber_delta=0.0, value_clip_eps=0.2, selector_period=26),
+               huber_delta=0.0, value_clip_eps=0.2),
     actor=dict(vec_hidden=[], vec_out=64, gnn_layers=0, embed_hidden=[], embed_dim=64,
-               executor_hidden=[], activation="tanh"),
+               executor_hidden=[], activation="tanh", selector_period=26),
     critic=dict(hidden=[64, 64], layer_norm=False))
 # The sweep that chose the best settings (``--sweep``): each probe trains seeds 0 and 1 in
 # one program for 0.4M env steps; a probe is the IPPO settings with these MAPPO fields
@@ -128,10 +126,9 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
     import jax
     import numpy as np
 
-    from agents import selector_theta
     from feudal_es.config import TrainerConfig
     from feudal_es.rollout import make_population_rollouts
-    from feudal_es.seeds import MultiSeedTrainer
+    from feudal_es.theta import selector_theta
     from feudal_es.trainer import ESTrainer
 
     m = settings["mappo"]
@@ -145,24 +142,17 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
         critic=settings["critic"], checkpoint_every=10**6, plot_every=10**6, gif=False)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-jaxmarl-"))
     try:
-        trainer = (MultiSeedTrainer if len(seeds) > 1 else ESTrainer)(cfg, run_dir / "run")
-        t0 = time.perf_counter()
-        trainer.run(rounds=1)
-        compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        trainer.run()
-        run_s = time.perf_counter() - t0
-        members = getattr(trainer, "trainers", [trainer])
-        # the rounds' own time (their metrics rows), without the end of run's plot and
-        # checkpoint, as the anchor times its training call alone
-        train_s = sum(h["round_time"] for h in members[0].history[1:])
-        curves = np.array([[h["mappo/team_return"] for h in t.history] for t in members])
+        trainer = ESTrainer(cfg, run_dir / "run")  # every seed in one program
+        times = train_timed(trainer)
+        compile_s, run_s, train_s = times["compile_s"], times["run_s"], times["round_s"]
+        curves = np.array([[h["mappo/team_return"] for h in hist]
+                           for hist in trainer.histories])
         k = max(1, rounds // 10)
-        core = members[0].runtime.core
-        sample = jax.jit(make_population_rollouts(core, m["selector_period"], False))
+        sample = jax.jit(make_population_rollouts(trainer.runtime.core, False))
         keys = jax.random.split(jax.random.key(12345), 1024)
-        evals = [float(np.asarray(sample(t.ts.actor, selector_theta(t.ts.actor)[None],
-                                         keys)[0]).mean()) for t in members]
+        actors = [s.learner.actor for s in trainer.seed_states()]
+        evals = [float(np.asarray(sample(a, selector_theta(a)[None], keys)[0]).mean())
+                 for a in actors]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     timed = (rounds - 1) * per_round * len(seeds)
@@ -214,6 +204,9 @@ def line(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # one JAX CPU device per core, as the trainer's CLI runs
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="0.2M env steps a side")
     p.add_argument("--no-anchor", action="store_true", help="our side only")

@@ -33,6 +33,7 @@ Run: ``python bench/mappo.py`` (``--markdown`` adds a table for bench/RESULTS.md
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -45,7 +46,7 @@ if __package__ in (None, ""):  # ``python bench/mappo.py``: import from the repo
 import jax
 
 from agents import ActorConfig, CentralCritic, FeudalActor
-from bench.common import Report, add_json_arg, best_times, markdown_table
+from bench.common import Report, add_json_arg, best_times, markdown_table, train_timed
 from envs.coverage import Coverage
 from envs.discovery import Discovery
 from feudal_es import mappo
@@ -87,7 +88,7 @@ MERL_CONFIG = dict(  # the MERL setting timed on Discovery (8 agents, vector obs
     env_kwargs=dict(num_agents=8, max_steps=50, obs_mode="vec", coupling=2),
     mode="merl", grad_steps_per_outer=4, episodes=4,
     es=dict(pop_size=32, sigma=0.1, lr=0.05, optimizer="adam"),
-    mappo=dict(num_envs=32, num_steps=50, epochs=4, minibatches=4, selector_period=10),
+    mappo=dict(num_envs=32, num_steps=50, epochs=4, minibatches=4),
     critic=dict(hidden=[64, 64], layer_norm=False), checkpoint_every=10**6,
     plot_every=10**6, gif=False)
 
@@ -98,24 +99,17 @@ def merl_throughput(seeds: tuple[int, ...], rounds: int) -> dict:
     import tempfile
 
     from feudal_es.config import VEC_ACTOR, TrainerConfig
-    from feudal_es.seeds import MultiSeedTrainer
     from feudal_es.trainer import ESTrainer
 
-    cfg = TrainerConfig(**MERL_CONFIG, actor=VEC_ACTOR, n_outer=rounds + 1, seed=seeds[0],
+    actor = dataclasses.replace(VEC_ACTOR, selector_period=10)
+    cfg = TrainerConfig(**MERL_CONFIG, actor=actor, n_outer=rounds + 1, seed=seeds[0],
                         seeds=seeds if len(seeds) > 1 else ())
     per_round = (cfg.grad_steps_per_outer * cfg.mappo.batch_size
                  + cfg.es.num_candidates * cfg.episodes * cfg.env_kwargs["max_steps"])
     out = Path(tempfile.mkdtemp(prefix="bench-merl-"))
     try:
-        trainer = (MultiSeedTrainer if len(seeds) > 1 else ESTrainer)(cfg, out / "run")
-        t0 = time.perf_counter()
-        trainer.run(rounds=1)
-        compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        trainer.run()
-        seconds = time.perf_counter() - t0
-        first = getattr(trainer, "trainers", [trainer])[0]
-        round_s = sum(row["round_time"] for row in first.history[1:])
+        times = train_timed(ESTrainer(cfg, out / "run"))  # every seed in one program
+        compile_s, seconds, round_s = times["compile_s"], times["run_s"], times["round_s"]
     finally:
         shutil.rmtree(out, ignore_errors=True)
     steps = rounds * per_round * len(seeds)
@@ -128,8 +122,6 @@ def merl_throughput(seeds: tuple[int, ...], rounds: int) -> dict:
 
 def update_modes(repeats: int) -> list[dict]:
     """One train step with the fused and with the split update, per actor kind."""
-    import dataclasses
-
     from feudal_es.config import COMPACT_ACTOR, VEC_ACTOR
 
     rows = []
@@ -160,6 +152,9 @@ def update_modes(repeats: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # one JAX CPU device per core, as the trainer's CLI runs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     parser.add_argument("--epochs", nargs="+", type=int,

@@ -39,7 +39,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-import feudal_es  # noqa: F401 - one JAX CPU device per core, as the trainer runs
 from bench.common import Report, add_json_arg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,11 +67,13 @@ def _setup(num_agents: int = 8, max_steps: int = 100, actor: dict | None = None,
            pop: int = 64, episodes: int = 1, chunk: int = 0):
     """A trainer config and the pieces of its JAX path (no MAPPO compile); ``rollouts`` is
     the trainer's (chunked as ``population_chunk`` says), ``chunk`` its config field."""
-    from agents import FeudalActor, selector_theta
+    from agents import FeudalActor
     from feudal_es import es
     from feudal_es.config import TrainerConfig
+    from feudal_es.functions import jax_functions
     from feudal_es.resolve import resolve_env
-    from feudal_es.rollout import jax_functions, make_population_rollouts, population_chunk
+    from feudal_es.rollout import make_population_rollouts, population_chunk
+    from feudal_es.theta import selector_theta
 
     cfg = TrainerConfig(env="feudal_es/Coverage-v0",
                         env_kwargs={"num_agents": num_agents, "max_steps": max_steps},
@@ -81,8 +82,7 @@ def _setup(num_agents: int = 8, max_steps: int = 100, actor: dict | None = None,
     core = resolve_env(cfg.env, cfg.env_kwargs).core
     actor_ = FeudalActor.from_env(jax.random.key(0), core, cfg.actor)
     state = es.init(selector_theta(actor_), cfg.es)
-    rollouts = make_population_rollouts(core, cfg.mappo.selector_period,
-                                        cfg.deterministic_eval, population_chunk(cfg))
+    rollouts = make_population_rollouts(core, cfg.deterministic_eval, population_chunk(cfg))
     return cfg, core, actor_, state, rollouts, jax_functions(cfg, core)
 
 
@@ -126,8 +126,7 @@ def es_generation(actor: dict | None = None, loop_generations: int = 1,
     thetas = jnp.broadcast_to(state.mean, (cfg.es.num_candidates, state.mean.size))
     # FLOPs from the full-width vmap: the chunked rollout nests the episode scan in the
     # chunk loop, and cost analysis counts each loop body once (same work either way)
-    wide = make_population_rollouts(core, cfg.mappo.selector_period,
-                                    cfg.deterministic_eval)
+    wide = make_population_rollouts(core, cfg.deterministic_eval)
     compiled = jax.jit(lambda a, t, k: wide(a, t, k)[0]).lower(actor_, thetas, keys).compile()
     flops = _flops(compiled) * core.max_steps
     vmap_s = best_of(lambda: jax.block_until_ready(compiled(actor_, thetas, keys)), repeats)
@@ -324,6 +323,9 @@ def _chunk_words(chunk: int, pop: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()  # one JAX CPU device per core, as the trainer's CLI runs
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller populations / swarms")
     p.add_argument("--skip-cold-start", action="store_true")
