@@ -3,10 +3,13 @@
 Three agents on a line, each rewarded for closing in on its own goal (Box obs
 ``[position, goal]``, Box action ``[velocity]``). The team reward, minus the mean final
 distance, comes on the last of ``max_cycles`` steps. Tests subclass it to change one thing
-(early termination, crashes, injected faults).
+(early termination, crashes); :class:`FaultyLine` injects faults on a schedule
+(:class:`Plan`) for the reliability tests.
 """
 
 from __future__ import annotations
+
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -63,4 +66,63 @@ class Line(pettingzoo.ParallelEnv):
         trunc = {a: done for a in self.agents}
         if done:
             self.agents = []
+        return obs, rewards, flags, trunc, infos
+
+
+class Plan:
+    """Which episodes misbehave: ``faults[k] = (kind, step)`` hits the k-th episode
+    started (counted over all env instances) once ``armed``."""
+
+    def __init__(self, faults: dict | None = None):
+        self.faults = dict(faults or {})
+        self.armed = False
+        self.started = 0
+
+
+class FaultyLine(Line):
+    """:class:`Line` that misbehaves on demand: ``bad`` on every call, or the faults
+    of a :class:`Plan`."""
+
+    def __init__(self, plan: Plan | None = None, max_cycles: int = 6, bad: str | None = None):
+        super().__init__(max_cycles)
+        self.plan, self.bad = plan, bad
+        self.episode: int | None = None
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        self.episode = None
+        if self.plan is not None and self.plan.armed:
+            self.episode = self.plan.started
+            self.plan.started += 1
+        if self.bad == "reset_not_tuple":
+            return obs
+        return obs, infos
+
+    def step(self, actions):
+        obs, rewards, flags, trunc, infos = super().step(actions)
+        fault = None if self.plan is None else self.plan.faults.get(self.episode)
+        kind = self.bad if self.bad else fault[0] if fault and fault[1] == self.t else None
+        if kind == "raise":
+            raise RuntimeError(f"injected fault in episode #{self.episode}")
+        if kind == "sleep":
+            time.sleep(60)
+        if kind == "spin":
+            while True:
+                pass
+        if kind == "nan_reward":
+            rewards = {a: float("nan") for a in rewards}
+        if kind == "missing_agent":
+            del rewards["a1"]
+        if kind == "nondict":
+            rewards = list(rewards.values())
+        if kind == "four_tuple":
+            return obs, rewards, flags, infos
+        if kind == "obs_shape":
+            obs["a2"] = np.zeros(3, np.float32)
+        if kind == "unknown_agent":
+            rewards["ghost"] = 0.0
+        if kind == "reward_str":
+            rewards["a0"] = "high"
+        if kind == "no_obs":
+            obs.pop("a0", None)
         return obs, rewards, flags, trunc, infos

@@ -22,6 +22,7 @@ from gymnasium.utils.env_checker import check_env
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
 import envs
+import feudal_es
 from envs.base import EnvOut, SwarmEnv, check_positive_int
 from envs.gym_wrappers import SelectorEnv, SwarmGymEnv, random_executor
 from envs.pettingzoo_env import Packer, SwarmParallelEnv, core_fns
@@ -95,6 +96,7 @@ class TinyEnv(SwarmEnv):
 
 TINY_ID = "feudal_es_test/Tiny-v0"
 register_swarm_env(TINY_ID, TinyEnv)
+envs.register()  # importing envs registers nothing: the bundled ids, explicitly
 
 
 def _bundled_present(name: str) -> bool:
@@ -255,7 +257,9 @@ def test_registry_ids_and_idempotence():
         warnings.simplefilter("error")  # PettingZoo warns when an id is overridden
         assert register_bundled_envs() == [env_id(n) for n in present]
         importlib.reload(importlib.import_module("envs.registration"))
-        importlib.reload(envs)
+        importlib.reload(envs)  # registers nothing by itself: the calls below do
+        envs.register()
+        feudal_es.register()
         register_swarm_env(TINY_ID, TinyEnv)
     assert pettingzoo.make("parallel", TINY_ID, num_agents=2).max_num_agents == 2
 

@@ -24,9 +24,8 @@ from agents import (
     executor_filter,
     normalize_adjacency,
     selector_filter,
-    selector_theta,
-    set_selector_theta,
 )
+from feudal_es.theta import selector_theta, set_selector_theta
 
 N = 6
 SMALL = ActorConfig(
@@ -41,6 +40,7 @@ SMALL = ActorConfig(
     embed_hidden=(16,),
     embed_dim=8,
     executor_hidden=(16,),
+    selector_period=4,
 )
 BOX = lambda shape: spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float32)
 DICT_SPACE = spaces.Dict({"maps": BOX((3, 8, 8)), "vec": BOX((4,))})
@@ -176,7 +176,7 @@ def test_selector_theta_round_trip_exact(actor):
 def _pop_select(actor, thetas, obs, adj, prev, t):
     def one(theta):
         a = set_selector_theta(actor, theta)
-        return a.skill_logits(obs, adj), a.select_skills(obs, adj, prev, t, 4)
+        return a.skill_logits(obs, adj), a.select_skills(obs, adj, prev, t)
 
     return jax.vmap(one)(thetas)
 
@@ -184,7 +184,7 @@ def _pop_select(actor, thetas, obs, adj, prev, t):
 @eqx.filter_jit
 def _one_select(actor, theta, obs, adj, prev, t):
     a = set_selector_theta(actor, theta)
-    return a.skill_logits(obs, adj), a.select_skills(obs, adj, prev, t, 4)
+    return a.skill_logits(obs, adj), a.select_skills(obs, adj, prev, t)
 
 
 def test_population_vmap_equals_loop():
@@ -211,7 +211,7 @@ def _env_step(actor, keys, obs, adj, prev, t):
     """step vmapped over envs, plus evaluate() of the sampled actions (PPO's re-scoring)."""
 
     def one(k, o, a, p, tt):
-        held, out = actor.step(k, o, a, p, tt, 4)
+        held, out = actor.step(k, o, a, p, tt)
         return held, out, actor.evaluate(o, a, held, out.action)
 
     return jax.vmap(one)(keys, obs, adj, prev, t)
@@ -241,9 +241,9 @@ def test_select_holds_between_decisions_vmapped_over_envs():
     np.testing.assert_allclose(np.asarray(ent), np.asarray(out.entropy), rtol=1e-6)
     # a bare skill array is refused when the actor also sets sub-goals
     with pytest.raises(TypeError, match="carry a Directive"):
-        actor.select_skills(o0, adj[0], jnp.zeros(N, jnp.int32), 0, 4)
+        actor.select_skills(o0, adj[0], jnp.zeros(N, jnp.int32), 0)
     with pytest.raises(ValueError, match="selector_period"):
-        ACTOR.select_skills(o0, adj[0], jnp.zeros(N, jnp.int32), 0, 0)
+        ActorConfig(selector_period=0)
 
 
 def test_selector_is_a_few_percent_at_default_sizes():
@@ -256,7 +256,8 @@ def test_selector_is_a_few_percent_at_default_sizes():
 
 
 # ----------------------------------------------------------------------------- bundled envs
-step_jit = eqx.filter_jit(lambda a, k, o, adj, s, t, det: a.step(k, o, adj, s, t, 4, det))
+step_jit = eqx.filter_jit(lambda a, k, o, adj, s, t, det: a.step(k, o, adj, s, t, det))
+PERIOD_4 = ActorConfig(selector_period=4)
 DEFAULT_ACTORS: dict[int, FeudalActor] = {}
 
 
@@ -270,7 +271,7 @@ def test_actor_runs_on_bundled_envs_default_size(name):
     env = getattr(envs, name)()
     obs, state = jax.jit(env.reset)(jax.random.key(0))
     adj = env.comm_graph(state)
-    actor = FeudalActor.from_env(jax.random.key(1), env)
+    actor = FeudalActor.from_env(jax.random.key(1), env, PERIOD_4)
     n = env.num_agents
     skill, out = step_jit(actor, jax.random.key(2), obs, adj, actor.initial_skill(n),
                           jnp.int32(0), jnp.bool_(False))  # fmt: skip
@@ -291,7 +292,7 @@ def test_actor_at_256_agents_is_local():
 
     env = Coverage(num_agents=256)
     obs, state = jax.jit(env.reset)(jax.random.key(0))
-    actor = DEFAULT_ACTORS.get(8) or FeudalActor.from_env(jax.random.key(1), Coverage())
+    actor = DEFAULT_ACTORS.get(8) or FeudalActor.from_env(jax.random.key(1), Coverage(), PERIOD_4)
     key, t0, det = jax.random.key(2), jnp.int32(0), jnp.bool_(True)
     _, out = step_jit(actor, key, obs, env.comm_graph(state), actor.initial_skill(256), t0,
                       jnp.bool_(False))  # fmt: skip
@@ -347,13 +348,14 @@ def test_option_exploration_mixes_uniform_options_as_configured():
     k, n, trials = 4, 64, 200
     obs_space = spaces.Box(-1, 1, (5,), np.float32)
     act = spaces.Box(-1, 1, (2,), np.float32)
-    actor = FeudalActor(jax.random.key(0), obs_space, act, k, ActorConfig(gnn_layers=0))
+    actor = FeudalActor(jax.random.key(0), obs_space, act, k,
+                        ActorConfig(gnn_layers=0, selector_period=4))
     obs = jax.random.normal(jax.random.key(1), (n, 5))
     adj = jnp.zeros((n, n))
     held0 = jnp.zeros(n, jnp.int32)
     greedy = np.asarray(actor.skill_logits(obs, adj).argmax(-1))
     def pick(keys, t, explore):  # explore is static: a Python float
-        return jax.vmap(lambda key: actor.step(key, obs, adj, held0, t, 4, True, explore)[0])(
+        return jax.vmap(lambda key: actor.step(key, obs, adj, held0, t, True, explore)[0])(
             keys)
 
     keys = jax.random.split(jax.random.key(2), trials)
@@ -366,13 +368,14 @@ def test_option_exploration_mixes_uniform_options_as_configured():
     np.testing.assert_array_equal(np.asarray(pick(keys, 0, 0.0)), np.tile(greedy, (trials, 1)))
     np.testing.assert_array_equal(np.asarray(pick(keys, 3, 0.6)), 0)  # not a decision step
     uniform = FeudalActor(jax.random.key(0), obs_space, act, k,
-                          ActorConfig(gnn_layers=0, options="uniform"))
+                          ActorConfig(gnn_layers=0, options="uniform", selector_period=4))
     counts = np.bincount(np.asarray(jax.vmap(lambda key: uniform.step(
-        key, obs, adj, held0, 0, 4, True)[0])(keys)).ravel(), minlength=k)
+        key, obs, adj, held0, 0, True)[0])(keys)).ravel(), minlength=k)
     assert np.abs(counts / counts.sum() - 1 / k).max() < 0.02
     fixed = FeudalActor(jax.random.key(0), obs_space, act, k,
-                        ActorConfig(gnn_layers=0, options="fixed", fixed_option=2))
-    np.testing.assert_array_equal(np.asarray(fixed.step(keys[0], obs, adj, held0, 0, 4)[0]), 2)
+                        ActorConfig(gnn_layers=0, options="fixed", fixed_option=2,
+                                    selector_period=4))
+    np.testing.assert_array_equal(np.asarray(fixed.step(keys[0], obs, adj, held0, 0)[0]), 2)
     with pytest.raises(ValueError, match="fixed_option=4"):
         FeudalActor(jax.random.key(0), obs_space, act, k,
                     ActorConfig(options="fixed", fixed_option=4))

@@ -31,10 +31,11 @@ import pytest
 import safetensors
 import safetensors.numpy
 from gymnasium import spaces
+from helpers import read_st, write_st
 
-from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor, selector_theta
+from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor
 from envs.coverage import CoverageState
-from feudal_es import checkpoint
+from feudal_es import _ckpt_reader, _ckpt_writer
 from feudal_es.atomic import atomic_write, atomic_write_text
 from feudal_es.checkpoint import (
     SUFFIX,
@@ -49,6 +50,7 @@ from feudal_es.checkpoint import (
 )
 from feudal_es.es import ESConfig, ESState
 from feudal_es.es import init as es_init
+from feudal_es.theta import selector_theta
 
 # The per-agent spaces of Coverage(num_agents=3, grid_size=8, map_size=4), written out
 # (reading them from the env traces a reset)
@@ -144,22 +146,6 @@ def assert_bit_identical(a, b):
             assert np.asarray(x).tobytes() == np.asarray(y).tobytes()  # NaN too
         else:
             assert x is y  # non-array leaves (activation functions) come from the template
-
-
-
-def read_st(path: Path) -> tuple[dict, bytes]:
-    """A safetensors file's header (parsed here, independently of feudal_es) and body."""
-    data = path.read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    return json.loads(data[8: 8 + n]), data[8 + n:]
-
-
-def write_st(path: Path, header: dict, body: bytes) -> Path:
-    """A valid safetensors file: 8-byte length, JSON header padded to 8 bytes, body."""
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    path.write_bytes(len(raw).to_bytes(8, "little") + raw + body)
-    return path
 
 
 def document(header: dict) -> dict:
@@ -325,7 +311,7 @@ def test_refusals_come_before_any_tensor_is_read(tmp_path, runner, monkeypatch):
     def no_reading(*args, **kwargs):
         raise AssertionError("a tensor was read")
 
-    monkeypatch.setattr(checkpoint.safetensors, "safe_open", no_reading)
+    monkeypatch.setattr(_ckpt_reader.safetensors, "safe_open", no_reading)
     assert read_metadata(path)["env_id"] == META["env_id"]
     for refused in (lambda: load(path, make_runner(WIDER)),
                     lambda: load(path, runner, expect={"env_id": "other"}),
@@ -337,7 +323,7 @@ def test_refusals_come_before_any_tensor_is_read(tmp_path, runner, monkeypatch):
 
 
 def test_format_version_mismatch_names_both(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 3)
+    monkeypatch.setattr(_ckpt_writer, "FORMAT_VERSION", 3)  # a file of a future version
     path = save(tmp_path / f"future{SUFFIX}", {"a": jnp.zeros(2)})
     monkeypatch.undo()
     with pytest.raises(CheckpointError, match="format version 3; this feudal-es reads format "
@@ -809,7 +795,7 @@ def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, runner, monkeypatch
     manager = CheckpointManager(tmp_path / "run", keep=3)
     first = manager.save(1, runner, META)
 
-    real = checkpoint.atomic_write
+    real = _ckpt_writer.atomic_write
 
     def fail_halfway(path, write):
         def half(f):
@@ -820,7 +806,7 @@ def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, runner, monkeypatch
 
         return real(path, half)
 
-    monkeypatch.setattr(checkpoint, "atomic_write", fail_halfway)
+    monkeypatch.setattr(_ckpt_writer, "atomic_write", fail_halfway)
     with pytest.raises(type(failure)) as err:
         manager.save(2, make_runner(seed=3), META)
     assert err.value is failure
@@ -877,7 +863,8 @@ _WRITER = textwrap.dedent("""
     from feudal_es import checkpoint
     stall = sys.argv[2] == "stall"
     if stall:  # from the 3rd save on: write half the bytes, say so, and hang there
-        real = checkpoint.atomic_write
+        from feudal_es import _ckpt_writer
+        real = _ckpt_writer.atomic_write
         def half_then_hang(path, write):
             if int(sys.argv[3]) > 0:
                 return real(path, write)
@@ -889,7 +876,7 @@ _WRITER = textwrap.dedent("""
                 print("mid-write", flush=True)
                 time.sleep(60)  # the parent kills it long before
             return real(path, half)
-        checkpoint.atomic_write = half_then_hang
+        _ckpt_writer.atomic_write = half_then_hang
     manager = checkpoint.CheckpointManager(sys.argv[1], keep=2)
     big = np.zeros(2_000_000, np.float32)
     for step in range(10_000):

@@ -3,7 +3,7 @@
 ``train`` with a tiny JSON config (its history equals the Python API's for the same
 config; a slow test SIGKILLs it after its first checkpoint and ``--resume``s it to the
 same history); ``eval`` of two saved selectors on identical episodes; ``envs`` listing
-an env that an ``--import``ed module registers (defined here); ``render``; the errors a
+an env that an ``--import``ed module registers (``user_envs``); ``render``; the errors a
 newcomer meets first (resume with nothing to do or no directory, ``--out`` into a foreign
 directory, a selector file of another env). The README's custom-env walk-through runs
 in test_readme.py.
@@ -22,23 +22,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pettingzoo
 import pytest
-from line_envs import Line
+from helpers import ROOT, TESTS, TINY, assert_history_close, metrics_rows
 from PIL import Image
-
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
-
-
-# --- a custom PettingZoo env, registered on import (the subprocesses `--import test_cli`) ----
-class CliLine(Line):
-    """``Line`` with 8-step episodes."""
-
-    def __init__(self, max_cycles: int = 8):
-        super().__init__(max_cycles)
-
-pettingzoo.register("parallel", "tests/CliLine-v0", entry_point=CliLine)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -56,14 +42,8 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
     return proc
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    from test_trainer import TINY
-
     d = tmp_path_factory.mktemp("cli")
     (d / "tiny.json").write_text(json.dumps(TINY.to_dict()))
     return d
@@ -93,8 +73,6 @@ def test_help_on_every_command(work):
 
 
 def test_train_writes_the_run_and_matches_the_python_api(work, trained):
-    from test_trainer import TINY, assert_history_close
-
     from feudal_es.trainer import ESTrainer
 
     run, out = trained
@@ -104,7 +82,7 @@ def test_train_writes_the_run_and_matches_the_python_api(work, trained):
     for name in ("episode.gif", "learning_curve.png", "best_selector.safetensors", "config.json",
                  "ckpt_00000003.safetensors"):
         assert (run / name).is_file(), name
-    rows = metrics(run)
+    rows = metrics_rows(run)
     assert [r["round"] for r in rows] == [0, 1, 2]
     full = ESTrainer(TINY, work / "in-process")  # same config and seed, same history
     full.run()
@@ -114,8 +92,6 @@ def test_train_writes_the_run_and_matches_the_python_api(work, trained):
 def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
     """SIGKILL once the first checkpoint is on disk, then ``train --resume``: the history
     equals the uninterrupted CLI run's."""
-    from test_trainer import assert_history_close
-
     run = work / "killed"
     proc = subprocess.Popen(
         [sys.executable, "-m", "feudal_es.cli", "train", "--config", "tiny.json", "--out",
@@ -129,7 +105,7 @@ def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
     proc.wait()
     out = cli("train", "--resume", str(run), "--no-progress", cwd=work).stdout
     assert "from round" in out
-    assert_history_close(metrics(run), metrics(trained[0]))
+    assert_history_close(metrics_rows(run), metrics_rows(trained[0]))
 
 
 def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys,
@@ -173,7 +149,7 @@ def test_render_writes_an_episode_gif(work, trained):
 
 
 def test_envs_lists_bundled_and_imported_ids(work):
-    res = json.loads(cli("envs", "--import", "test_cli", "--json", cwd=work).stdout)
+    res = json.loads(cli("envs", "--import", "user_envs", "--json", cwd=work).stdout)
     ids = {r["id"]: (r["source"], r["path"]) for r in res}
     assert ids["feudal_es/Coverage-v0"] == ("bundled", "jax")
     assert ids["feudal_es/Rover-v0"] == ("bundled", "jax")
@@ -189,7 +165,7 @@ def test_unknown_env_is_a_clear_error(work):
 
 
 def test_critic_time_input_is_refused_on_the_host_path(work):
-    proc = cli("train", "--env", "tests/CliLine-v0", "--import", "test_cli", "--set",
+    proc = cli("train", "--env", "tests/CliLine-v0", "--import", "user_envs", "--set",
                "critic.time_input=true", "--out", str(work / "timed"), "--no-progress",
                cwd=work, check=False)
     assert proc.returncode == 2 and "critic.time_input needs a fixed episode" in proc.stderr

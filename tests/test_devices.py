@@ -1,4 +1,5 @@
-"""``import feudal_es`` gives JAX one CPU device per core, unless the count was chosen.
+"""``feudal_es.use_cpu_cores()`` gives JAX one CPU device per core, unless the count was
+chosen; ``import feudal_es`` alone changes nothing (no import side effects).
 
 Each case runs in a fresh interpreter (the device count is fixed once JAX starts), with
 the environment conftest pins (``JAX_NUM_CPU_DEVICES=1``) removed or replaced."""
@@ -25,18 +26,30 @@ def devices_after(code: str, **env_vars: str) -> int:
     return int(proc.stdout.split()[-1])
 
 
+USE = "import feudal_es, jax\nassert feudal_es.use_cpu_cores() is {}"
+
+
 def test_one_cpu_device_per_core_and_the_user_choice_wins():
     from feudal_es.devices import cpu_cores
 
-    assert devices_after("import feudal_es, jax") == cpu_cores() == len(os.sched_getaffinity(0))
-    assert devices_after("import feudal_es, jax", JAX_NUM_CPU_DEVICES="1") == 1
+    assert cpu_cores() == len(os.sched_getaffinity(0))
+    assert devices_after(USE.format(True)) == cpu_cores()
+    assert devices_after(USE.format(False), JAX_NUM_CPU_DEVICES="1") == 1
     # XLA_FLAGS chooses the count
     flag = "--xla_force_host_platform_device_count=3"
-    assert devices_after("import feudal_es, jax", XLA_FLAGS=flag) == 3
+    assert devices_after(USE.format(False), XLA_FLAGS=flag) == 3
     # JAX already ran something: the count cannot change any more, and importing is fine
     code = ("import jax; jax.numpy.zeros(1).block_until_ready()\n"
             "from feudal_es.devices import use_cpu_cores\n"
             "import feudal_es\nassert not use_cpu_cores(2)")
+    assert devices_after(code) == 1
+
+
+def test_importing_feudal_es_leaves_the_device_count_alone():
+    """No import side effects: importing the package (and what a user script touches
+    through it) leaves JAX at its default count, one CPU device."""
+    code = ("import feudal_es, jax\nfrom feudal_es.trainer import ESTrainer\n"
+            "from feudal_es import es\nassert jax.config.jax_num_cpu_devices == -1")
     assert devices_after(code) == 1
 
 

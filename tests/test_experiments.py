@@ -12,61 +12,72 @@ import time
 import numpy as np
 import pytest
 
-from experiments import common
+from experiments import machine
+from experiments.arms import arm_config, equal_budget, merge, round_sizes, steps_per_round
+from experiments.report import markdown, merge_reports, slug
+from experiments.stats import above, curve_band, mean_ci, on_grid, overlap, summarize
+from experiments.training import (
+    HELDOUT_SEED,
+    SEEDS,
+    Variant,
+    compare_arms,
+    merl_beats,
+    reference_returns,
+    train_arm,
+)
 from feudal_es.config import TrainerConfig
 from feudal_es.stats import t_critical
 
 
 def test_mean_ci_matches_hand_computation():
     x = [1.0, 2.0, 4.0, 5.0, 8.0]  # mean 4, sample var = (9+4+0+1+16)/4 = 7.5
-    m, hw = common.mean_ci(x)
+    m, hw = mean_ci(x)
     assert m == pytest.approx(4.0)
     assert hw == pytest.approx(2.776 * math.sqrt(7.5) / math.sqrt(5))
-    assert common.mean_ci([3.0])[0] == 3.0 and math.isnan(common.mean_ci([3.0])[1])
+    assert mean_ci([3.0])[0] == 3.0 and math.isnan(mean_ci([3.0])[1])
     assert t_critical(4) == 2.776 and t_critical(9) == 2.262 and t_critical(500) == 1.96
     assert t_critical(35) == t_critical(30) == 2.042  # between entries: the smaller df
     assert math.isnan(t_critical(0))
-    s = common.summarize([0.5, 0.7])  # 2 seeds: t(1) = 12.706, sd = 0.1414
+    s = summarize([0.5, 0.7])  # 2 seeds: t(1) = 12.706, sd = 0.1414
     assert s["n"] == 2 and s["ci95"] == pytest.approx(12.706 * 0.1 * math.sqrt(2) / math.sqrt(2))
 
 
 def test_curve_band_grid_and_disjoint_intervals():
-    mean, hw = common.curve_band(np.array([[0.0, 1.0], [2.0, 3.0]]))
+    mean, hw = curve_band(np.array([[0.0, 1.0], [2.0, 3.0]]))
     np.testing.assert_allclose(mean, [1.0, 2.0])
     np.testing.assert_allclose(hw, 12.706 * math.sqrt(2.0) / math.sqrt(2))
-    np.testing.assert_allclose(common.on_grid([0, 10], [0.0, 1.0], np.array([0, 5, 10])),
+    np.testing.assert_allclose(on_grid([0, 10], [0.0, 1.0], np.array([0, 5, 10])),
                                [0.0, 0.5, 1.0])
-    assert common.overlap((1.0, 0.5), (2.0, 0.5)) and not common.overlap((1.0, 0.4),
-                                                                         (2.0, 0.5))
-    assert common.overlap((1.0, math.nan), (5.0, 0.1))  # one seed: never "disjoint"
+    assert overlap((1.0, 0.5), (2.0, 0.5)) and not overlap((1.0, 0.4), (2.0, 0.5))
+    assert overlap((1.0, math.nan), (5.0, 0.1))  # one seed: never "disjoint"
     lo, hi = {"mean": 0.2, "ci95": 0.05}, {"mean": 0.4, "ci95": 0.1}
-    assert common.above(hi, lo) and not common.above(lo, hi)
-    assert common.above(lo, hi, higher=False)  # lower is better (Coverage's J)
-    assert not common.above({"mean": 0.4, "ci95": 0.2}, lo)
+    assert above(hi, lo) and not above(lo, hi)
+    assert above(lo, hi, higher=False)  # lower is better (Coverage's J)
+    assert not above({"mean": 0.4, "ci95": 0.2}, lo)
 
 
 def test_arms_share_the_base_and_differ_only_in_their_overrides():
     base = dict(env="feudal_es/Rover-v0", actor=dict(embed_dim=16, options="learned"),
                 mappo=dict(lr=1e-3))
-    fixed = common.arm_config(base, "mappo_fixed", {"actor": {"fixed_option": 2}})
+    fixed = arm_config(base, "mappo_fixed", {"actor": {"fixed_option": 2}})
     assert fixed == dict(env="feudal_es/Rover-v0", mode="mappo", mappo=dict(lr=1e-3),
                          actor=dict(embed_dim=16, options="fixed", fixed_option=2))
     assert base["actor"] == dict(embed_dim=16, options="learned")  # not mutated
-    assert common.arm_config(base, "es")["mode"] == "es"
-    assert common.arm_config(base, "merl")["actor"] == base["actor"]
+    assert arm_config(base, "es")["mode"] == "es"
+    assert arm_config(base, "merl")["actor"] == base["actor"]
 
 
 def test_equal_budget_counts_mappo_and_es_steps_per_arm():
     base = dict(env="feudal_es/Discovery-v0", grad_steps_per_outer=2, episodes=3,
                 es=dict(pop_size=4), mappo=dict(num_envs=2, num_steps=5, minibatches=1))
     cfg = TrainerConfig.from_dict({**base, "mode": "merl"})
-    assert common.steps_per_round(cfg, 7) == 2 * 10 + 4 * 3 * 7  # MAPPO + ES episodes
-    budget, rounds = common.equal_budget(base, 7, 100)
+    assert steps_per_round(cfg, 7) == 2 * 10 + 4 * 3 * 7  # MAPPO + ES episodes
+    budget, rounds = equal_budget(base, 7, 100)
     sizes = {"merl": 104, "mappo_uniform": 20, "mappo_fixed": 20, "es": 84}
     assert budget == math.lcm(*sizes.values())
     assert rounds == {a: budget // s for a, s in sizes.items()}
     assert all(rounds[a] * sizes[a] == budget for a in sizes)
-    assert common.equal_budget(base, 7, 3 * budget + 1)[0] == 4 * budget  # rounded up
+    assert equal_budget(base, 7, 3 * budget + 1)[0] == 4 * budget  # rounded up
 
 
 def test_study_budgets_by_hand():
@@ -74,12 +85,12 @@ def test_study_budgets_by_hand():
     candidates x 4 episodes x 50); the swarm studies' 40-step rollout makes 256k exact."""
     from experiments import rover, swarm
 
-    budget, rounds = common.equal_budget(rover.base_config(4), 50, rover.BUDGET)
+    budget, rounds = equal_budget(rover.base_config(4), 50, rover.BUDGET)
     assert budget == 79 * (4 * 32 * 50 + 32 * 4 * 50) == 1_011_200
     assert rounds == {"merl": 79, "mappo_uniform": 158, "mappo_fixed": 158, "es": 158}
     for base in (swarm.base_config("feudal_es/Discovery-v0", {"coupling": 2}),
                  swarm.base_config("feudal_es/Dispersion-v0", {})):
-        budget, rounds = common.equal_budget(base, swarm.MAX_STEPS, swarm.BUDGET)
+        budget, rounds = equal_budget(base, swarm.MAX_STEPS, swarm.BUDGET)
         assert budget == 256_000 == 25 * (4 * 32 * 40 + 32 * 4 * 40)
         assert rounds == {"merl": 25, "mappo_uniform": 50, "mappo_fixed": 50, "es": 50}
 
@@ -88,7 +99,7 @@ def _report(labels: dict[str, dict[str, list[float]]], wall: float) -> dict:
     """A study report with per-seed held-out means per arm (no runs)."""
     return {"study": "rover", "seeds": [0, 1, 2], "eval_episodes": 4, "heldout_seed": 1,
             "metric": "observed_frac", "metric_higher_is_better": True,
-            "variants": {lab: {"team_return": {a: common.summarize(v)
+            "variants": {lab: {"team_return": {a: summarize(v)
                                                for a, v in arms.items()},
                                "budget_env_steps": 100, "rounds": dict.fromkeys(arms, 5),
                                "references": {},
@@ -99,8 +110,8 @@ def _report(labels: dict[str, dict[str, list[float]]], wall: float) -> dict:
 
 def test_load_sampler_keeps_every_reading(monkeypatch):
     readings = iter([0.5, 1.5, 4.0] + [2.0] * 1000)
-    monkeypatch.setattr(common.os, "getloadavg", lambda: (next(readings), 0.0, 0.0))
-    load = common.LoadSampler(period=0.01)
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (next(readings), 0.0, 0.0))
+    load = machine.LoadSampler(period=0.01)
     while len(load.samples) < 3:
         time.sleep(0.005)
     got = load.stop()
@@ -117,9 +128,9 @@ def test_smoke_scale_defaults_and_a_failing_study_process(tmp_path):
     from experiments import all as everything
 
     assert everything.defaults(0.05, None, None) == ((0, 1), 2)
-    assert everything.defaults(1.0, None, None) == (common.SEEDS, 1)
+    assert everything.defaults(1.0, None, None) == (SEEDS, 1)
     assert everything.defaults(0.05, [3, 4, 5], 1) == ((3, 4, 5), 1)
-    assert everything.defaults(1.0, None, 3) == (common.SEEDS, 3)
+    assert everything.defaults(1.0, None, 3) == (SEEDS, 3)
     with pytest.raises(SystemExit):
         everything.main(["--jobs", "0", "--out", str(tmp_path)])
     with pytest.raises(RuntimeError, match=r"log-nosuch\.txt"):
@@ -145,7 +156,7 @@ def test_reports_of_separate_jobs_merge_with_goals_recomputed():
     c6 = _report({"coupling 6": {"merl": [0.1, 0.3, 0.2], "es": [0.2, 0.25, 0.22]}}, 5.5)
     from experiments.rover import goals
 
-    merged = common.merge_reports([c4, c6], goals)
+    merged = merge_reports([c4, c6], goals)
     assert list(merged["variants"]) == ["coupling 4", "coupling 6"]
     assert merged["variants"]["coupling 6"] is c6["variants"]["coupling 6"]
     assert merged["wall_time_s"] == 15.5
@@ -155,15 +166,15 @@ def test_reports_of_separate_jobs_merge_with_goals_recomputed():
     assert [g["met"] for g in merged["goals"]] == [True, False]
     assert merged["goals"] == goals({"variants": merged["variants"]})
     # the summary: one unbroken table (GIFs after it), the jobs' wall times named
-    md = common.markdown(merged, "fraction observed").splitlines()
+    md = markdown(merged, "fraction observed").splitlines()
     rows = [i for i, line in enumerate(md) if line.startswith("| coupling")]
     assert len(rows) == 4 and rows == list(range(rows[0], rows[0] + 4))
     assert all(i > rows[-1] for i, line in enumerate(md) if ".gif)" in line)
     assert "(the sum of separate runs: coupling 4 10 s; coupling 6 6 s)" in md[2]
     with pytest.raises(ValueError, match="more than one report"):
-        common.merge_reports([c4, c4], goals)
+        merge_reports([c4, c4], goals)
     with pytest.raises(ValueError, match="differ in \\['seeds'\\]"):
-        common.merge_reports([c4, {**c6, "seeds": [0, 1]}], goals)
+        merge_reports([c4, {**c6, "seeds": [0, 1]}], goals)
 
 
 TINY = dict(
@@ -171,9 +182,9 @@ TINY = dict(
     env_kwargs=dict(num_agents=4, num_pois=2, coupling=2, max_steps=6),
     grad_steps_per_outer=1, episodes=1,
     es=dict(pop_size=2, sigma=0.1, lr=0.05),
-    mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1, selector_period=3),
+    mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1),
     actor=dict(vec_hidden=[], vec_out=8, gnn_layers=0, embed_hidden=[], embed_dim=8,
-               executor_hidden=[8]),
+               executor_hidden=[8], selector_period=3),
     critic=dict(hidden=[8]),
 )
 
@@ -185,16 +196,16 @@ def test_tiny_study_end_to_end(tmp_path):
 
     def refs(episodes):
         env = Rover(**TINY["env_kwargs"])
-        return common.reference_returns(env, {"team": team_policy, "random": random_policy},
-                                        episodes, "observed_frac")
+        return reference_returns(env, {"team": team_policy, "random": random_policy},
+                                 episodes, "observed_frac")
 
-    variant = common.Variant("v", TINY, 6, arms=("merl", "mappo_fixed"),
-                             extra={"mappo_fixed": {"actor": {"fixed_option": 1}}},
-                             references=refs)
-    report = common.compare_arms(
+    variant = Variant("v", TINY, 6, arms=("merl", "mappo_fixed"),
+                      extra={"mappo_fixed": {"actor": {"fixed_option": 1}}},
+                      references=refs)
+    report = compare_arms(
         "tiny", [variant], budget=1, seeds=(0, 1), eval_episodes=4, metric="observed_frac",
         metric_label="observed", fitness_label="fitness", out_dir=tmp_path / "out",
-        run_root=tmp_path / "runs", goals=lambda r: [common.merl_beats(r, "v")])
+        run_root=tmp_path / "runs", goals=lambda r: [merl_beats(r, "v")])
     for ext in ("json", "csv", "png", "md"):
         assert (tmp_path / "out" / f"tiny.{ext}").stat().st_size > 0
     data = json.loads((tmp_path / "out" / "tiny.json").read_text())
@@ -218,19 +229,19 @@ def test_tiny_study_end_to_end(tmp_path):
     team = v["references_per_episode"]["team"]
     np.testing.assert_allclose(team["team_return"], team["observed_frac"], atol=1e-6)
     # the goal's verdict is the disjoint-CI comparison, recomputed from the per-seed means
-    merl = common.summarize([np.mean(r["heldout_team_return"]) for r in v["runs"]
-                             if r["arm"] == "merl"])
-    fixed = common.summarize([np.mean(r["heldout_team_return"]) for r in v["runs"]
-                              if r["arm"] == "mappo_fixed"])
-    assert report["goals"][0]["met"] == common.above(merl, fixed)
-    assert report["goals"][0]["disjoint_wins"] == {"mappo_fixed": common.above(merl, fixed)}
+    merl = summarize([np.mean(r["heldout_team_return"]) for r in v["runs"]
+                      if r["arm"] == "merl"])
+    fixed = summarize([np.mean(r["heldout_team_return"]) for r in v["runs"]
+                       if r["arm"] == "mappo_fixed"])
+    assert report["goals"][0]["met"] == above(merl, fixed)
+    assert report["goals"][0]["disjoint_wins"] == {"mappo_fixed": above(merl, fixed)}
     assert "| v | " in (tmp_path / "out" / "tiny.md").read_text()
 
     # the many-seed program's held-out returns equal a one-seed trainer's on the same
     # held-out key (ESTrainer.rollout_stats) (float tolerance: another program)
-    cfg = common.arm_config(TINY, "mappo_fixed", {"actor": {"fixed_option": 1}})
-    one, _ = common.train_arm(cfg, (1,), v["rounds"]["mappo_fixed"], 6, 4, tmp_path / "one",
-                              "observed_frac")
+    cfg = arm_config(TINY, "mappo_fixed", {"actor": {"fixed_option": 1}})
+    one, _ = train_arm(cfg, (1,), v["rounds"]["mappo_fixed"], 6, 4, tmp_path / "one",
+                       "observed_frac")
     seed1 = next(r for r in v["runs"] if r["arm"] == "mappo_fixed" and r["seed"] == 1)
     np.testing.assert_allclose(seed1["heldout_team_return"], one[0]["heldout_team_return"],
                                atol=1e-5)
@@ -249,7 +260,7 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     calls, value = [], {a: 0.2, b: 0.4}
 
     def fake_train_arm(config, seeds, rounds, max_steps, eval_episodes, run_dir, metric=None,
-                       arm="", eval_root=common.HELDOUT_SEED):
+                       arm="", eval_root=HELDOUT_SEED):
         calls.append(dict(config=config, seeds=tuple(seeds), rounds=rounds, arm=arm,
                           eval_root=eval_root, probe=run_dir.parent.name))
         cfg = TrainerConfig.from_dict(config)
@@ -265,12 +276,11 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     assert [p["probe"] for p in report["probes"]] == names and len(calls) == 8
     for c in calls:
         assert c["seeds"] == (100, 101) and c["eval_root"] == sweep.VALIDATION_SEED
-        over = dict(sweep.STUDIES["rover"].probes)[b if c["probe"] == common.slug(b)
-                                                    else a]
-        want = common.arm_config(common.merge(base, over), c["arm"],
-                                 sweep.STUDIES["rover"].extra.get(c["arm"]))
+        over = dict(sweep.STUDIES["rover"].probes)[b if c["probe"] == slug(b) else a]
+        want = arm_config(merge(base, over), c["arm"],
+                          sweep.STUDIES["rover"].extra.get(c["arm"]))
         assert c["config"] == want
-        size = common.steps_per_round(TrainerConfig.from_dict(c["config"]), 50)
+        size = steps_per_round(TrainerConfig.from_dict(c["config"]), 50)
         assert c["rounds"] * size == report["probes"][0]["env_steps"] >= 50_000
     for p in report["probes"]:  # mean over arms of (mean over seeds): by hand
         v = value[p["probe"]]
@@ -300,15 +310,15 @@ def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
     flat = lambda d, pre="": {k2: v2 for k, v in d.items() for k2, v2 in (
         flat(v, f"{pre}{k}.").items() if isinstance(v, dict) else [(f"{pre}{k}", v)])}
     for name, over in spec.probes:
-        probe = common.merge(base, over)
+        probe = merge(base, over)
         changed = {k for k, v in flat(probe).items() if flat(base).get(k) != v}
         assert changed <= set(flat(over)), (name, changed)
         for arm in spec.arms:
-            cfg = TrainerConfig.from_dict(common.arm_config(probe, arm, spec.extra.get(arm)))
+            cfg = TrainerConfig.from_dict(arm_config(probe, arm, spec.extra.get(arm)))
             assert cfg.env == base["env"]
-        spent, rounds = common.equal_budget(probe, spec.max_steps, spec.budget, spec.arms,
-                                            spec.extra)
-        sizes = common.round_sizes(probe, spec.max_steps, spec.arms, spec.extra)
+        spent, rounds = equal_budget(probe, spec.max_steps, spec.budget, spec.arms,
+                                     spec.extra)
+        sizes = round_sizes(probe, spec.max_steps, spec.arms, spec.extra)
         assert all(rounds[a] * sizes[a] == spent >= spec.budget for a in spec.arms)
 
 

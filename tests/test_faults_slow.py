@@ -25,15 +25,22 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from test_reliability import HOST, host_trainer
-from test_trainer import TINY, VOLATILE, assert_trees_equal, stable
+from helpers import (
+    HOST,
+    ROOT,
+    TESTS,
+    TINY,
+    VOLATILE,
+    assert_trees_equal,
+    host_trainer,
+    metrics_rows,
+    stable,
+)
 
 from feudal_es import checkpoint
 from feudal_es.trainer import ESTrainer
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 RUN = TINY.override({"n_outer": 8, "checkpoint_every": 1, "keep_checkpoints": 2,
                      "plot_every": 100})
 
@@ -44,7 +51,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-if os.environ.get("FEUDAL_ES_TEST_SLOW_WRITES") == "1":  # `--import test_faults_slow`
+# `--import test_faults_slow` in a CLI subprocess: this module (and the ``helpers`` it
+# imports, no other test module) loaded with every atomic write slowed down
+if os.environ.get("FEUDAL_ES_TEST_SLOW_WRITES") == "1":
     _fsync = os.fsync
 
     def _slow_fsync(fd):
@@ -64,10 +73,6 @@ def _train(*args: str, cwd: Path, slow_writes: bool = False) -> subprocess.Popen
                             stderr=subprocess.PIPE, text=True)
 
 
-def _metrics(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 def _final_tree(run: Path):
     t = ESTrainer.from_checkpoint(checkpoint.CheckpointManager(run).latest())
     return t.round, (t.ts, t.es_state)
@@ -75,7 +80,7 @@ def _final_tree(run: Path):
 
 def _assert_same_run(run: Path, full: Path) -> None:
     """Exactly the same metrics (every column but host timings) and final state."""
-    got, want = stable(_metrics(run)), stable(_metrics(full))
+    got, want = stable(metrics_rows(run)), stable(metrics_rows(full))
     assert got == want
     r1, tree1 = _final_tree(run)
     r2, tree2 = _final_tree(full)
@@ -106,7 +111,7 @@ def _latest_round(run: Path) -> int:
 
 def test_sigkill_at_random_points_then_resume_reproduces_the_run(work, full):
     rng = np.random.default_rng(int(os.environ.get("FEUDAL_ES_KILL_SEED", "8")))
-    round_time = float(np.median([r["round_time"] for r in _metrics(full)[1:]]))
+    round_time = float(np.median([r["round_time"] for r in metrics_rows(full)[1:]]))
     run, kills = work / "killed", []
     while True:
         fresh = _latest_round(run) < 0
@@ -148,7 +153,7 @@ def test_sigkill_at_random_points_then_resume_reproduces_the_run(work, full):
 def test_sigint_finishes_the_round_then_resume_completes_the_same_run(work, full):
     run = work / "interrupted"
     proc = _train("--config", "run.json", "--out", str(run), cwd=work)
-    while not (run / "metrics.jsonl").is_file() or not _metrics(run):
+    while not (run / "metrics.jsonl").is_file() or not metrics_rows(run):
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.01)
     # at once: in round 0's bookkeeping or in round 1, either is fine (a fixed 0.5 s wait
@@ -156,7 +161,7 @@ def test_sigint_finishes_the_round_then_resume_completes_the_same_run(work, full
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
-    done = len(_metrics(run))
+    done = len(metrics_rows(run))
     assert 1 <= done < RUN.n_outer and _latest_round(run) == done  # that round finished
     assert f"finishing the round in progress ({done - 1} done so far)" in err or \
         f"finishing the round in progress ({done} done so far)" in err

@@ -2,7 +2,8 @@
 
 - the ids are in ``gymnasium.registry`` with ``max_episode_steps`` = the default env's
   ``max_steps`` (Selector: ceil of it over the made env's ``selector_period``), and
-  registering again changes nothing and warns nothing;
+  registering again changes nothing and warns nothing (``import envs`` registers nothing:
+  this module calls ``feudal_es.register()``, which also installs the checkpoint loader);
 - ``gymnasium.utils.env_checker.check_env`` passes on every id, with no warning other than
   the (by design) unbounded observation boxes: in particular no "not having a spec";
 - ``TimeLimit`` truncates at ``max_episode_steps``; the standard wrapper chain
@@ -14,7 +15,7 @@
   ``i`` against a single ``SwarmGymEnv`` reset with seed ``s + i``;
 - a Selector id built from a run checkpoint against a hand-written loop of the saving
   trainer's actor (``actor.act`` with the skills forced) over the core env; a checkpoint of
-  another env raises ``ValueError``.
+  another env raises ``ValueError``, and so does ``checkpoint=`` without the loader.
 
 Every env uses one small configuration per env (3 agents, 10-step episodes) so that each
 jitted function compiles once for the whole file.
@@ -22,7 +23,6 @@ jitted function compiles once for the whole file.
 
 from __future__ import annotations
 
-import importlib
 import math
 import warnings
 
@@ -34,9 +34,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
+from helpers import TINY_ACTOR
 
 import envs
-from envs.gym_registration import gym_env_id, register_bundled_gym_envs
+import feudal_es
+from envs.gym_registration import gym_env_id, register_bundled_gym_envs, use_checkpoint_loader
+
+feudal_es.register()  # the Gymnasium ids, and the loader the Selector ids' checkpoint= needs
 
 NAMES = ("Coverage", "Discovery", "Dispersion", "Rover")
 SMALL = {name: dict(num_agents=3, max_steps=10) for name in NAMES}
@@ -89,7 +93,8 @@ def test_registration_is_idempotent_and_silent():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         register_bundled_gym_envs()
-        importlib.reload(envs)
+        envs.register()
+        feudal_es.register()
     assert all(gym.registry[i] is before[i] for i in ids())
 
 
@@ -242,11 +247,6 @@ def test_vector_copy_equals_seeded_single_env():
 
 
 # --- Selector ids from a run checkpoint -------------------------------------------------------
-TINY_ACTOR = dict(cnn_channels=[4], cnn_strides=[2], cnn_out=8, vec_hidden=[16], vec_out=8,
-                  gnn_hops=2, gnn_layers=1, gnn_features=16, embed_hidden=[], embed_dim=16,
-                  executor_hidden=[16])
-
-
 @pytest.fixture(scope="module")
 def run_checkpoint(tmp_path_factory):
     """A run checkpoint of a tiny Coverage trainer (round 0: no training needed: the
@@ -257,8 +257,8 @@ def run_checkpoint(tmp_path_factory):
         env="feudal_es/Coverage-v0",
         env_kwargs=SMALL["Coverage"],  # the other tests' config: shares their compiled reset
         n_outer=1, episodes=2, seed=3, es=dict(pop_size=4),
-        mappo=dict(num_envs=4, num_steps=10, epochs=1, minibatches=1, selector_period=4),
-        actor=TINY_ACTOR, critic=dict(hidden=[8]), gif=False)
+        mappo=dict(num_envs=4, num_steps=10, epochs=1, minibatches=1),
+        actor={**TINY_ACTOR, "selector_period": 4}, critic=dict(hidden=[8]), gif=False)
     trainer = ESTrainer(config, tmp_path_factory.mktemp("run"))
     return trainer.save_checkpoint(), trainer
 
@@ -311,3 +311,17 @@ def test_selector_checkpoint_errors(run_checkpoint):
                  executor=envs.random_executor)
     with pytest.raises(ValueError, match="does not fit Coverage"):  # other map size
         gym.make(gym_env_id("Coverage", "Selector"), checkpoint=str(path), map_size=8)
+
+
+def test_selector_checkpoint_needs_the_feudal_es_loader(run_checkpoint):
+    """``envs`` knows no trained actors: without the loader ``feudal_es.register()``
+    installs, ``checkpoint=`` is refused, naming the call; registering installs it again."""
+    path, _ = run_checkpoint
+    use_checkpoint_loader(None)
+    try:
+        with pytest.raises(ValueError, match=r"call feudal_es\.register\(\)"):
+            gym.make(gym_env_id("Coverage", "Selector"), checkpoint=str(path))
+    finally:
+        feudal_es.register()
+    made = gym.make(gym_env_id("Coverage", "Selector"), checkpoint=str(path))
+    assert made.unwrapped.env == envs.Coverage(**SMALL["Coverage"])

@@ -159,9 +159,10 @@ def test_one_merl_round_through_the_trainer(tmp_path, capsys):
 
     cfg = TrainerConfig(env="jaxmarl/MPE_simple_spread_v3", n_outer=1, episodes=2,
                         es=dict(pop_size=4), mappo=dict(num_envs=4, num_steps=26, epochs=1,
-                                                        minibatches=1, selector_period=13),
+                                                        minibatches=1),
                         actor=dict(vec_hidden=[], vec_out=16, gnn_layers=0, embed_hidden=[],
-                                   embed_dim=16, executor_hidden=[], activation="tanh"),
+                                   embed_dim=16, executor_hidden=[], activation="tanh",
+                                   selector_period=13),
                         critic=dict(hidden=[16], layer_norm=False), gif=False)
     t = ESTrainer(cfg, tmp_path / "mpe")
     row = t.run()[0]

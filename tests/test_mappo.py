@@ -16,7 +16,14 @@ import pettingzoo
 import pytest
 from line_envs import Line
 
-from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor, selector_filter
+from agents import (
+    ActorConfig,
+    CentralCritic,
+    CriticConfig,
+    FeudalActor,
+    executor_filter,
+    selector_filter,
+)
 from envs.dispersion import Dispersion
 from envs.pettingzoo_env import SwarmParallelEnv
 from feudal_es import mappo
@@ -24,10 +31,11 @@ from feudal_es.host import HostCollector, HostEnvSpec
 
 TINY_ACTOR = ActorConfig(cnn_channels=(4,), cnn_strides=(2,), cnn_out=8, vec_hidden=(16,),
                          vec_out=8, gnn_hops=2, gnn_layers=1, gnn_features=16,
-                         embed_hidden=(), embed_dim=16, executor_hidden=(16,))
+                         embed_hidden=(), embed_dim=16, executor_hidden=(16,),
+                         selector_period=4)
 TINY_CRITIC = CriticConfig(hidden=(32,))
-CFG = mappo.MAPPOConfig(num_envs=4, num_steps=12, epochs=4, minibatches=2, selector_period=4,
-                        lr=3e-3, critic_lr=3e-3, ent_coef=0.0)
+CFG = mappo.MAPPOConfig(num_envs=4, num_steps=12, epochs=4, minibatches=2, lr=3e-3,
+                        critic_lr=3e-3, ent_coef=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +138,7 @@ def test_train_step_leaves_selector_bit_identical(stepped):
 
 def test_train_step_moves_every_executor_leaf_with_gradient(env, nets, stepped):
     before, after, _ = stepped
-    actor_params, actor_rest = eqx.partition(before.actor, mappo.executor_filter(before.actor))
+    actor_params, actor_rest = eqx.partition(before.actor, executor_filter(before.actor))
 
     @eqx.filter_jit
     def executor_grads(ts):
@@ -150,7 +158,7 @@ def test_train_step_moves_every_executor_leaf_with_gradient(env, nets, stepped):
     grads = executor_grads(before)
     moved_old = jax.tree.leaves(actor_params)
     moved_new = jax.tree.leaves(eqx.partition(after.actor,
-                                              mappo.executor_filter(before.actor))[0])
+                                              executor_filter(before.actor))[0])
     grad_leaves = jax.tree.leaves(grads[0])
     assert len(moved_old) == len(moved_new) == len(grad_leaves) > 10
     for g, a, b in zip(grad_leaves, moved_old, moved_new, strict=True):
@@ -164,7 +172,7 @@ def test_selector_holds_no_optimizer_state(stepped):
     before, _, _ = stepped
     mu = optax.tree_utils.tree_get(before.actor_opt_state, "mu")
     assert jax.tree.leaves(mu.selector) == []
-    n_exec = len(jax.tree.leaves(eqx.filter(before.actor, mappo.executor_filter(before.actor))))
+    n_exec = len(jax.tree.leaves(eqx.filter(before.actor, executor_filter(before.actor))))
     assert len(jax.tree.leaves(mu)) == n_exec
 
 
@@ -182,9 +190,11 @@ def test_metrics_are_reported(stepped):
 def test_host_path_equals_jax_path(env, nets):
     """Same env states, deterministic actions: the host collector's batch over
     SwarmParallelEnv equals the pure-JAX collect's, and so does the update."""
-    actor, critic = nets
-    cfg = mappo.MAPPOConfig(num_envs=2, num_steps=6, epochs=1, minibatches=2,
-                            selector_period=3)
+    critic = nets[1]
+    # the nets fixture's actor (same key, same parameters) with selector period 3
+    actor = FeudalActor.from_env(jax.random.key(1), env,
+                                 dataclasses.replace(TINY_ACTOR, selector_period=3))
+    cfg = mappo.MAPPOConfig(num_envs=2, num_steps=6, epochs=1, minibatches=2)
     penvs = [SwarmParallelEnv(env) for _ in range(cfg.num_envs)]
     collector = HostCollector(penvs, HostEnvSpec(penvs[0]), cfg, seed=5, deterministic=True)
     # the JAX path starts from the very env states the host copies were reset to
@@ -355,8 +365,7 @@ pettingzoo.register("parallel", "tests/LineWorld-v0", entry_point=LineWorld)
 
 
 def test_host_path_trains_a_registered_custom_env():
-    cfg = mappo.MAPPOConfig(num_envs=2, num_steps=12, epochs=2, minibatches=2,
-                            selector_period=4, lr=3e-3)
+    cfg = mappo.MAPPOConfig(num_envs=2, num_steps=12, epochs=2, minibatches=2, lr=3e-3)
     penvs = [pettingzoo.make("parallel", "tests/LineWorld-v0") for _ in range(cfg.num_envs)]
     spec = HostEnvSpec(penvs[0], num_skills=2)
     assert spec.num_agents == 3 and spec.num_skills == 2 and not spec.has_state
@@ -384,7 +393,7 @@ def test_host_path_trains_a_registered_custom_env():
 def test_short_run_improves_dense_return(env, stepped, train_step):
     """40 train steps on Dispersion (3 agents) raise the deterministic policy's mean
     current-skill reward over the same 16 evaluation episodes, by a wide margin."""
-    eval_cfg = mappo.MAPPOConfig(num_envs=16, num_steps=12, selector_period=4)
+    eval_cfg = mappo.MAPPOConfig(num_envs=16, num_steps=12)  # the actor's period: 4
 
     @eqx.filter_jit
     def dense_return(actor, critic):

@@ -12,12 +12,14 @@ import jax
 import jax.flatten_util
 import numpy as np
 import pytest
-from test_trainer import TINY
+from helpers import TINY
 
-from agents import FeudalActor, executor_filter, selector_theta
+from agents import FeudalActor, executor_filter
 from feudal_es import es, rollout
 from feudal_es.config import TrainerConfig
+from feudal_es.functions import jax_functions
 from feudal_es.resolve import resolve_env
+from feudal_es.theta import selector_theta
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +49,11 @@ def test_chunked_rollouts_equal_full_width_vmap(setup):
     of the one compiled vmap other tests share); every team return and final metric to
     ``RTOL`` (a few float32 ulps)."""
     core, actor = setup
-    full = rollout.jax_functions(TINY, core).rollouts  # population 4 < the automatic chunk: a vmap
+    full = jax_functions(TINY, core).rollouts  # population 4 < the automatic chunk: a vmap
     theta0 = selector_theta(actor)
     thetas = theta0 + jax.random.normal(jax.random.key(1), (7, theta0.size))
     keys = jax.random.split(jax.random.key(2), TINY.episodes)
-    fn = rollout.make_population_rollouts(core, TINY.mappo.selector_period, True, chunk=3)
+    fn = rollout.make_population_rollouts(core, True, chunk=3)
     chunked = jax.device_get(eqx.filter_jit(fn)(actor, thetas, keys))
     a, b = (jax.device_get(full(actor, th, keys)) for th in (thetas[:4], thetas[3:]))
     ref = jax.tree.map(lambda x, y: np.concatenate([x, y[1:]]), a, b)
@@ -73,8 +75,8 @@ def test_trainer_generation_uses_the_chunk(setup):
         assert rollout.population_chunk(TINY) == rollout.CPU_POPULATION_CHUNK
     assert rollout.population_chunk(TINY) in (0, rollout.CPU_POPULATION_CHUNK)  # >= 4: full width
     chunk_cfg = dataclasses.replace(TINY, population_chunk=3)
-    full, chunked = rollout.jax_functions(TINY, core), rollout.jax_functions(chunk_cfg, core)
-    assert full is not chunked and rollout.jax_functions(chunk_cfg, core) is chunked
+    full, chunked = jax_functions(TINY, core), jax_functions(chunk_cfg, core)
+    assert full is not chunked and jax_functions(chunk_cfg, core) is chunked
     state = es.init(selector_theta(actor), TINY.es)
     a_state, a_info = jax.device_get(full.generation(jax.random.key(3), state, actor))
     b_state, b_info = jax.device_get(chunked.generation(jax.random.key(3), state, actor))

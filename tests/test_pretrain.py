@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from agents import FeudalActor, selector_filter, selector_theta
+from agents import FeudalActor, selector_filter
 from envs.coverage import Coverage
 from envs.episode import run_episode, stateless
 from envs.policies import lloyd_clairvoyant
@@ -22,16 +22,19 @@ from feudal_es.checkpoint import CheckpointError
 from feudal_es.config import COMPACT_ACTOR, TrainerConfig
 from feudal_es.pretrain import PretrainConfig, imitate, load_pretrained, save_pretrained
 from feudal_es.rollout import make_population_rollouts
+from feudal_es.theta import selector_theta
 from feudal_es.trainer import ESTrainer
 
 COVER = 1  # Coverage's "cover" option
-ACTOR = dataclasses.replace(COMPACT_ACTOR, options="fixed", fixed_option=COVER)
+# (coverage_cost's episodes re-decide the option every 10 steps: the actor's period)
+ACTOR = dataclasses.replace(COMPACT_ACTOR, options="fixed", fixed_option=COVER,
+                            selector_period=10)
 
 
 def coverage_cost(env, actor, episodes=16):
     """Mean final J(T)/J(0) of ``actor`` on held-out episodes (seed 4242)."""
     keys = jax.random.split(jax.random.key(4242), episodes)
-    rollouts = jax.jit(make_population_rollouts(env, 10, True))
+    rollouts = jax.jit(make_population_rollouts(env, True))
     _, metrics = rollouts(actor, selector_theta(actor)[None], keys)
     return float(metrics["coverage_cost"].mean())
 

@@ -24,11 +24,12 @@ from line_envs import Line
 
 ray = pytest.importorskip("ray")
 
-from test_trainer import TINY_ACTOR, stable  # noqa: E402
+from helpers import TINY_ACTOR, stable  # noqa: E402
 
-from agents import FeudalActor, executor_filter, selector_theta  # noqa: E402
+from agents import FeudalActor, executor_filter  # noqa: E402
 from feudal_es.host import HostEnvSpec, HostEvaluator  # noqa: E402
 from feudal_es.ray_backend import RayEvaluator, init_local  # noqa: E402
+from feudal_es.theta import selector_theta  # noqa: E402
 from feudal_es.trainer import ESTrainer, TrainerConfig  # noqa: E402
 
 
@@ -55,9 +56,9 @@ class RayLine(Line):
 pettingzoo.register("parallel", "tests/RayLine-v0", entry_point=RayLine)
 
 CFG = TrainerConfig(env="tests/RayLine-v0", mode="es-selector", n_outer=2, episodes=2, num_skills=2,
-                    es=dict(pop_size=6, sigma=0.5), actor=TINY_ACTOR, critic=dict(hidden=[32]),
-                    mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1,
-                               selector_period=2),
+                    es=dict(pop_size=6, sigma=0.5), actor={**TINY_ACTOR, "selector_period": 2},
+                    critic=dict(hidden=[32]),
+                    mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1),
                     gif=False, backend="ray", ray_workers=2)
 
 
@@ -90,11 +91,11 @@ def setup(tmp_path_factory):
     theta = selector_theta(actor)
     thetas = np.asarray(theta + 3 * jax.random.normal(jax.random.key(2), (5, theta.size)))
     key = jax.random.key(3)
-    serial = HostEvaluator(RayLine, spec, 2, 2, True, 100).returns(actor, thetas, 7, key)
+    serial = HostEvaluator(RayLine, spec, 2, True, 100).returns(actor, thetas, 7, key)
     assert np.unique(serial).size > 2  # members differ
     crash = tmp_path_factory.mktemp("ray") / "crashed"
     make = functools.partial(RayLine, crash_file=str(crash))
-    ev = RayEvaluator(functools.partial(HostEvaluator, make, spec, 2, 2, True, 100),
+    ev = RayEvaluator(functools.partial(HostEvaluator, make, spec, 2, True, 100),
                       episodes=2, num_workers=2)
     yield actor, thetas, key, serial, ev, crash
     ev.close()
@@ -134,7 +135,7 @@ def test_workers_that_cannot_be_scheduled_raise_instead_of_hanging(local_ray, se
     placed, and the evaluator says so after ``start_timeout`` (a generation used to wait
     forever on them)."""
     spec = HostEnvSpec(RayLine(), num_skills=2)
-    make = functools.partial(HostEvaluator, RayLine, spec, 2, 2, True, 100)
+    make = functools.partial(HostEvaluator, RayLine, spec, 2, True, 100)
     with pytest.raises(RuntimeError, match=r"of 3 Ray workers started within 2 s"):
         RayEvaluator(make, episodes=2, num_workers=3, start_timeout=2.0)
     deadline = time.monotonic() + 30  # the partial workers were stopped (freed lazily)

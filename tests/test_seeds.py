@@ -1,7 +1,8 @@
-"""Many seeds in one program (feudal_es.seeds): the seeds trained together equal the same
-seeds trained one by one, round by round (ES, fitness and MAPPO columns of every row, the
-final train and ES states), each in its own run directory that the single-seed tools
-read; the group resumes exactly; host envs are refused with a clear message.
+"""Many seeds in one program (``ESTrainer`` with two or more ``config.seeds``): the seeds
+trained together equal the same seeds trained one by one, round by round (ES, fitness and
+MAPPO columns of every row, the final train and ES states), each in its own run directory
+that the single-seed tools read; the group resumes exactly; host envs are refused with a
+clear message; one listed seed is a one-seed run of that seed.
 
 The group runs as users run it on this machine kind: in a process with two CPU devices,
 the seeds split over them (``XLA_FLAGS`` must be set before jax starts, hence a
@@ -19,25 +20,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-import jax
-import numpy as np
 import pytest
-from test_trainer import VOLATILE, assert_trees_equal
+from helpers import ROOT, VEC, VOLATILE, assert_trees_close, assert_trees_equal
 
-from feudal_es.config import TrainerConfig
-from feudal_es.seeds import MultiSeedTrainer, seed_dirs
+from feudal_es.rundir import seed_dirs
 from feudal_es.trainer import ESTrainer
 
-# 3 agents, vector observations (an MLP actor: the fused one-program update), tiny sizes
-VEC = TrainerConfig(
-    env="feudal_es/Discovery-v0",
-    env_kwargs=dict(num_agents=3, num_targets=3, max_steps=10, obs_mode="vec", sectors=4),
-    mode="merl", n_outer=2, grad_steps_per_outer=1, episodes=2, seeds=(3, 5),
-    es=dict(pop_size=4, sigma=0.5, lr=0.1, optimizer="adam"),
-    mappo=dict(num_envs=4, num_steps=10, epochs=2, minibatches=2, selector_period=5),
-    actor=dict(vec_hidden=[16], vec_out=16, gnn_layers=0, embed_hidden=[], embed_dim=16,
-               executor_hidden=[16]),
-    critic=dict(hidden=[16]), checkpoint_every=1, plot_every=100, gif=False)
 RTOL, ATOL = 1e-4, 1e-5  # float32 reassociation over 2 rounds of Adam steps
 
 
@@ -54,33 +42,24 @@ def assert_rows_close(a: list[dict], b: list[dict]) -> None:
                 assert x[k] == y[k], (x["round"], k)
 
 
-def assert_trees_close(a, b) -> None:
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb, strict=True):
-        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=RTOL, atol=ATOL)
-
-
-ROOT = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
     import jax
-    from test_seeds import VEC
-    from feudal_es.seeds import MultiSeedTrainer
+    from helpers import VEC
+    from feudal_es.trainer import ESTrainer
     assert len(jax.devices()) == 2, jax.devices()
     out = Path(sys.argv[1])
-    group = MultiSeedTrainer(VEC, out / "group")
-    assert group.fns.devices == 2  # the two seeds split over the two devices
+    group = ESTrainer(VEC, out / "group")
+    assert group.many and group.seeds == (3, 5)
+    assert group.batched.devices == 2  # the two seeds split over the two devices
     group.run()
-    MultiSeedTrainer(VEC, out / "part").run(rounds=1)
-    back = MultiSeedTrainer.resume(out / "part")
-    assert back.round == 1
+    ESTrainer(VEC, out / "part").run(rounds=1)
+    back = ESTrainer.resume(out / "part")
+    assert back.many and back.round == 1
     back.run()
     try:
-        MultiSeedTrainer(VEC, out / "part").run()
+        ESTrainer(VEC, out / "part").run()
         raise SystemExit("a directory holding a run was not refused")
     except ValueError as e:
         assert "already holds a run" in str(e), e
@@ -119,8 +98,8 @@ def test_seeds_together_equal_seeds_one_by_one(runs, tmp_path):
         alone.run()
         assert_rows_close(rows(d), alone.history)
         back = final_state(d)
-        assert_trees_close(back.ts, alone.ts)
-        assert_trees_close(back.es_state, alone.es_state)
+        assert_trees_close(back.ts, alone.ts, RTOL, ATOL)
+        assert_trees_close(back.es_state, alone.es_state, RTOL, ATOL)
     assert rows(group[3]) != rows(group[5])  # the seeds differ: the oracle is not vacuous
 
 
@@ -146,8 +125,8 @@ def test_group_resumes_exactly(runs):
         assert_trees_equal((a.ts, a.es_state), (b.ts, b.es_state))
 
 
-def test_host_envs_are_refused(tmp_path):
+def test_host_envs_are_refused_and_one_listed_seed_is_a_one_seed_run(tmp_path):
     with pytest.raises(ValueError, match=r"host path.*one at a time"):
-        MultiSeedTrainer(VEC.override({"env": "line_envs:Line", "env_kwargs": {}}), tmp_path)
-    with pytest.raises(ValueError, match="two or more seeds"):
-        MultiSeedTrainer(VEC.override({"seeds": [1]}), tmp_path)
+        ESTrainer(VEC.override({"env": "line_envs:Line", "env_kwargs": {}}), tmp_path)
+    one = ESTrainer(VEC.override({"seeds": [1]}), tmp_path)
+    assert one.seeds == (1,) and one.many is False

@@ -9,7 +9,7 @@ promised only for the same program on the same machine (resume, same-seed reruns
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` only works before jax is imported,
 so the 2-device side runs in a subprocess; this process (1 device) computes the
-reference. Both use the tiny Coverage trainer of test_trainer with a randomised executor
+reference. Both use the tiny Coverage trainer (``helpers.TINY``) with a randomised executor
 (so members differ in fitness), and a population of 5 that does not divide the device
 count (padding)."""
 
@@ -19,31 +19,29 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+from helpers import ROOT, TESTS
 
 # shared by both processes: the trainer's jitted generation, a randomised actor, the inputs
 SETUP = textwrap.dedent("""
     import dataclasses
     import equinox as eqx
     import jax, jax.flatten_util, jax.numpy as jnp, numpy as np
-    from agents import FeudalActor, executor_filter, selector_theta
-    from feudal_es import es, rollout, sharding
+    from agents import FeudalActor, executor_filter
+    from feudal_es import es, functions, sharding
     from feudal_es.resolve import resolve_env
-    from test_trainer import TINY
+    from feudal_es.theta import selector_theta
+    from helpers import TINY
 
     # 8 members 2 at a time: 4 chunks on one device, 2 per device on two
     CHUNKED = TINY.override({"es.pop_size": 8, "population_chunk": 2})
 
     def generations(config, actor, prefix):
-        fns = rollout.jax_functions(config, core)  # what ESTrainer runs each round
+        fns = functions.jax_functions(config, core)  # what ESTrainer runs each round
         state = es.init(selector_theta(actor), config.es)
         fitness = []
         for seed in (3, 4):  # twice: adam moments
@@ -161,7 +159,7 @@ def test_shard_population_single_device_pads_and_cuts():
 def test_population_devices_beyond_what_jax_sees_is_refused(tmp_path):
     import dataclasses
 
-    from test_trainer import TINY
+    from helpers import TINY
 
     from feudal_es.trainer import ESTrainer
 

@@ -1,12 +1,14 @@
 """Oracles for ESTrainer: batched population fitness vs the per-member eval_fn (and the ES
 update vs the reference es_step on them), the MERL partition after one round (executor
-leaves = MAPPO's step exactly, selector leaves = ES's generation exactly), the es / mappo
-ablation modes, an exact checkpoint round trip, stop-and-resume reproducing the
-uninterrupted history, and config / env-id errors that name the cause.
+leaves = MAPPO's step exactly, selector leaves = ES's generation exactly), the round
+written once (``loop.merl_round`` by hand, and the reference ``es.merl_coexist`` driven by
+the trainer's pieces, both bit-identical to ``run``), the es / mappo ablation modes, an
+exact checkpoint round trip, stop-and-resume reproducing the uninterrupted history, and
+config / env-id errors that name the cause.
 
 All trainers share one tiny Coverage setup (3 robots, 12-step episodes), so the jitted
 train step, rollouts and generation compile once per session
-(``feudal_es.rollout.jax_functions``)."""
+(``feudal_es.functions.jax_functions``)."""
 
 from __future__ import annotations
 
@@ -18,55 +20,12 @@ import jax
 import jax.flatten_util
 import numpy as np
 import pytest
+from helpers import TINY, assert_trees_equal, leaves, stable
 
-from agents import executor_filter, selector_filter, selector_theta
-from feudal_es import es
+from agents import executor_filter, selector_filter
+from feudal_es import es, loop
+from feudal_es.theta import selector_theta
 from feudal_es.trainer import ESTrainer, TrainerConfig, chain_key, parse_assignment, resolve_env
-
-TINY_ACTOR = dict(cnn_channels=[4], cnn_strides=[2], cnn_out=8, vec_hidden=[16], vec_out=8,
-                  gnn_hops=2, gnn_layers=1, gnn_features=16, embed_hidden=[], embed_dim=16,
-                  executor_hidden=[16])
-TINY = TrainerConfig(
-    env="feudal_es/Coverage-v0",
-    env_kwargs=dict(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3),
-    n_outer=3, episodes=2, seed=0,
-    es=dict(pop_size=4, sigma=0.5, lr=0.1, optimizer="adam"),
-    mappo=dict(num_envs=4, num_steps=12, epochs=2, minibatches=2, selector_period=4),
-    actor=TINY_ACTOR, critic=dict(hidden=[32]), checkpoint_every=1, gif=False,
-)
-VOLATILE = ("wall_time", "round_time", "sps", "mappo/sps")  # host timing, not results
-
-
-def leaves(tree):
-    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
-
-
-def assert_trees_equal(a, b):
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb, strict=True):
-        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
-def stable(history):
-    return [{k: v for k, v in h.items() if k not in VOLATILE} for h in history]
-
-
-def assert_history_close(a, b):
-    """Same rows and keys; ints / None / the ES and fitness columns exact; MAPPO's float
-    diagnostics to float32 rounding (across *processes* XLA may reduce in another order:
-    last-bit differences seen in means over identical batches)."""
-    a, b = stable(a), stable(b)
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert x.keys() == y.keys()
-        for k in x:
-            if k.startswith("mappo/") and isinstance(x[k], float):
-                assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-7), (x["round"], k)
-            else:
-                assert x[k] == y[k], (x["round"], k)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +80,7 @@ def test_one_merl_round_partitions_the_leaves(trainer, tmp_path):
     # executor (and critic): exactly one MAPPO train step from the initial state, by the
     # program the trainer runs (its guarded step; that it equals the plain step followed
     # by keep_finite is test_mappo's, to a tolerance: two programs)
-    ts1, _, skipped = t.runtime.guarded_step(ts0)
+    ts1, (_, skipped) = t.fns.step(ts0)
     assert not bool(skipped)
     got_exec = eqx.filter(t.ts.actor, executor_filter(t.ts.actor))
     want_exec = eqx.filter(ts1.actor, executor_filter(ts1.actor))
@@ -129,15 +88,77 @@ def test_one_merl_round_partitions_the_leaves(trainer, tmp_path):
     assert_trees_equal(eqx.filter(t.ts.critic, eqx.is_array), eqx.filter(ts1.critic, eqx.is_array))
     # MAPPO left the selector bit-identical ...
     np.testing.assert_array_equal(selector_theta(ts1.actor), selector_theta(ts0.actor))
-    # ... and the selector is exactly ES's generation on it, with round 0's chain key
+    # ... and the selector is exactly ES's generation on it, with round 0's keys: the ES
+    # key is the chain key's documented derivation (merl_coexist's split of the ES key)
+    keys = t.round_keys(0)
     _, key_round = jax.random.split(chain_key(t.keys.es, 0))
+    assert_trees_equal(keys[0], key_round)
+    assert_trees_equal(keys[1], t.round_eval_key(0))
     state = es0._replace(mean=selector_theta(ts1.actor))
-    want, _ = t.runtime.generation(key_round, state, ts1.actor, t.round_eval_key(0))
+    want, _ = t.fns.generation(keys, state, ts1)
     np.testing.assert_array_equal(np.asarray(selector_theta(t.ts.actor)), np.asarray(want.mean))
+    assert_trees_equal(t.es_state, want)  # the whole ES state: sigma, Adam moments, count
+    # the runtime's generation, called directly, is the same program on the same inputs
+    direct, _ = t.runtime.generation(key_round, state, ts1.actor, t.round_eval_key(0))
+    assert_trees_equal(direct, want)
     assert not np.array_equal(np.asarray(want.mean), np.asarray(es0.mean))
     assert int(t.es_state.generation) == 1
     row = t.history[0]
     assert row["round"] == 0 and row["fitness_best"] is not None and "mappo/policy_loss" in row
+
+
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory) -> ESTrainer:
+    """A fresh TINY trainer after ``run(rounds=2)``: what the round, written once, must
+    reproduce when driven by hand."""
+    t = ESTrainer(TINY, tmp_path_factory.mktemp("two") / "run")
+    t.run(rounds=2)
+    return t
+
+
+def test_trainer_round_is_merl_round(two_rounds, tmp_path):
+    """The trainer's round is :func:`feudal_es.loop.merl_round` over its own pieces and
+    round keys, nothing more: two rounds by hand on a fresh trainer are bit-identical
+    (same program, same process) to ``run(rounds=2)``."""
+    t = ESTrainer(TINY, tmp_path / "hand")
+    state = start = t.state
+    for r in range(2):
+        state, out = loop.merl_round(t.fns, state, t.round_keys(r))
+        assert len(out.steps) == TINY.grad_steps_per_outer and out.info is not None
+    assert_trees_equal(state, two_rounds.state)
+    assert int(state.es.generation) == 2
+    assert not np.array_equal(selector_theta(state.learner.actor),
+                              selector_theta(start.learner.actor))  # not vacuous: it moved
+
+
+def test_merl_coexist_with_the_trainer_pieces_is_the_trainer(two_rounds, tmp_path):
+    """The reference loop :func:`feudal_es.es.merl_coexist`, given the trainer's gradient
+    step, sync hooks and generation and started from the trainer's ES key, reproduces the
+    trainer exactly: merl_coexist splits ``key, key_round = split(key)`` per round, the
+    trainer's round ``r`` uses ``split(chain_key(keys.es, r))[1]``, so from ``keys.es``
+    the two key sequences coincide."""
+    t = ESTrainer(TINY, tmp_path / "coexist")
+    rounds, es_states = [], []
+
+    def generation_fn(key, es_state, ts):
+        r = len(rounds)
+        rounds.append(key)
+        return t.fns.generation((key, t.round_eval_key(r)), es_state, ts)
+
+    theta, ts, history = es.merl_coexist(
+        theta0=t.theta_of(t.ts.actor), eval_fn=None,
+        gradient_step_fn=lambda ts: t.fns.step(ts)[0], sync_in=t.fns.sync_in,
+        sync_out=t.fns.sync_out, n_outer=2, grad_steps_per_outer=TINY.grad_steps_per_outer,
+        es_cfg=TINY.es, key=t.keys.es, gstate0=t.ts, generation_fn=generation_fn,
+        on_round=lambda outer, gstate, es_state, info: es_states.append(es_state))
+    assert [h[0] for h in history] == [0, 1] and len(es_states) == 2
+    for r, key in enumerate(rounds):  # the coinciding key sequences
+        assert_trees_equal(key, jax.random.split(chain_key(t.keys.es, r))[1])
+    np.testing.assert_array_equal(np.asarray(theta), selector_theta(two_rounds.ts.actor))
+    assert_trees_equal(es_states[-1], two_rounds.es_state)
+    assert_trees_equal(ts, two_rounds.ts)
+    for h, row in zip(history, two_rounds.history, strict=True):
+        assert float(h[1]["best_fitness"]) == row["fitness_best"]
 
 
 def test_whole_actor_es_moves_executor_leaves_and_selector_es_does_not(tmp_path):

@@ -17,7 +17,7 @@ import json
 import shutil
 
 import pytest
-from test_trainer import TINY, TINY_ACTOR
+from helpers import TINY, TINY_ACTOR
 
 from feudal_es import checkpoint, cli
 from feudal_es.trainer import ESTrainer, TrainerConfig, UntrustedEnvError, resolve_env
@@ -92,8 +92,8 @@ def test_resume_may_only_repeat_the_runs_env(run, capsys):
 
 HOST = TrainerConfig(
     env="line_envs:Line", mode="es-selector", n_outer=1, episodes=2, seed=3, num_skills=2,
-    es=dict(pop_size=4, sigma=0.5, lr=0.1), actor=TINY_ACTOR, critic=dict(hidden=[16]),
-    mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1, selector_period=2),
+    es=dict(pop_size=4, sigma=0.5, lr=0.1), actor={**TINY_ACTOR, "selector_period": 2},
+    critic=dict(hidden=[16]), mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1),
     plot_every=100, gif=False,
 )
 
