@@ -1,6 +1,6 @@
 """Classic black-box test functions, as ES fitness (higher is better).
 
-Used by ``feudal-es demo``, the ES tests and ``bench/es_core.py``. Each ``*_fitness``
+Used by the ES tests and ``bench/es_core.py``. Each ``*_fitness``
 takes one parameter vector ``[D]`` and returns the negated loss; :func:`batched` turns
 one into a population fitness ``f(thetas[P, D], key) -> [P]`` for
 :func:`feudal_es.es.generation`.
