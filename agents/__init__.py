@@ -8,7 +8,7 @@
 ``python -m agents.params`` prints parameter counts at default and LPAC-paper sizes.
 """
 
-from agents.actor import Directive, FeudalActor
+from agents.actor import FeudalActor, GoalOption
 from agents.backbone import GraphFilter, LPACBackbone, normalize_adjacency
 from agents.config import ActorConfig, CriticConfig
 from agents.critic import CentralCritic
@@ -31,10 +31,10 @@ __all__ = [
     "CategoricalHead",
     "CentralCritic",
     "CriticConfig",
-    "Directive",
     "Executor",
     "FeudalActor",
     "GaussianHead",
+    "GoalOption",
     "GoalSelector",
     "GraphFilter",
     "LPACBackbone",

@@ -1,4 +1,10 @@
-"""``FeudalActor``: LPAC backbone -> (selector: which skill / sub-goal) -> executor action.
+"""``FeudalActor``: LPAC backbone -> selector (each agent's option) -> executor action.
+
+One word for the selector's choice: an agent's **option** is the skill it pursues (an
+index into the env's ``skill_names``, whose dense reward channel the executor is trained
+on) and, when the actor has a ``GoalSelector``, a sub-goal. A swarm's options are an
+:data:`Option`: a ``[N]`` int32 array of skills, or a :class:`GoalOption` (skills and
+sub-goals).
 
 The rollout-facing API works on one env's swarm (obs leaves [N, ...], adjacency [N, N]);
 ``jax.vmap`` it over envs, and over a population of selectors (the selector's leaves are
@@ -6,9 +12,8 @@ The rollout-facing API works on one env's swarm (obs leaves [N, ...], adjacency 
 
 The feudal time scale: the selector re-decides every ``selector_period`` steps
 (``ActorConfig.selector_period``, held by the actor: whenever ``t % selector_period == 0``,
-so at ``t = 0`` of every episode) and the skill is held in between. The held skill is
-part of the rollout state: a ``[N]`` int32 array, or a
-:class:`Directive` (skill and sub-goal) when the actor has a ``GoalSelector``.
+so at ``t = 0`` of every episode) and the option is kept in between; the rollout state
+carries it.
 """
 
 from __future__ import annotations
@@ -26,14 +31,15 @@ from agents.heads import ActOut, Executor, GoalSelector, Selector, SkillSelector
 from agents.layers import KeyLike, as_rng
 
 
-class Directive(NamedTuple):
-    """The selector's held output when it also sets sub-goals."""
+class GoalOption(NamedTuple):
+    """The options of a swarm whose selector also sets sub-goals."""
 
     skill: jax.Array  # [N] int32
     goal: jax.Array  # [N, G] float32 in (-1, 1)
 
 
-Held = jax.Array | Directive  # what the rollout carries between selector decisions
+# a swarm's options: [N] skills, or a GoalOption; the rollout carries it between decisions
+Option = jax.Array | GoalOption
 
 
 class FeudalActor(eqx.Module):
@@ -94,46 +100,47 @@ class FeudalActor(eqx.Module):
         """Selector logits [N, K]."""
         return self.selector.skill(self.embed(obs, adj))
 
-    def initial_skill(self, num_agents: int) -> Held:
-        """A placeholder held skill (overwritten at ``t = 0``): zeros, or a zero
-        ``Directive`` when the actor has a ``GoalSelector``."""
+    def initial_option(self, num_agents: int) -> Option:
+        """Placeholder options (overwritten at ``t = 0``): zeros, or a zero
+        :class:`GoalOption` when the actor has a ``GoalSelector``."""
         skill = jnp.zeros((num_agents,), jnp.int32)
         if self.goal_dim == 0:
             return skill
-        return Directive(skill, jnp.zeros((num_agents, self.goal_dim), jnp.float32))
+        return GoalOption(skill, jnp.zeros((num_agents, self.goal_dim), jnp.float32))
 
     # ------------------------------------------------------------------ rollout API
-    def select_skills(
-        self, obs: Any, adj: jax.Array, prev_skill: Held, t: jax.Array,
+    def select_option(
+        self, obs: Any, adj: jax.Array, prev: Option, t: jax.Array,
         key: jax.Array | None = None,
-    ) -> Held:
-        """The skill to pursue now: the option chosen when ``t % selector_period == 0``
-        (the selector logits' argmax, or see ``ActorConfig.options``; ``key`` is needed
-        for "uniform"), else ``prev_skill``. Returns the type it was given."""
-        return self._select(self.embed(obs, adj), prev_skill, t, key)
+    ) -> Option:
+        """The options to pursue now: chosen when ``t % selector_period == 0`` (the
+        selector logits' argmax, or see ``ActorConfig.options``; ``key`` is needed for
+        "uniform"), else ``prev``. Returns the type it was given."""
+        return self._select(self.embed(obs, adj), prev, t, key)
 
     def act(
         self,
         key: jax.Array,
         obs: Any,
         adj: jax.Array,
-        skill: Held,
+        option: Option,
         deterministic: bool = False,
     ) -> ActOut:
-        """Sample (or, if ``deterministic``, take the mode of) the executor's action."""
-        return self._act(key, self.embed(obs, adj), skill, deterministic)
+        """Sample (or, if ``deterministic``, take the mode of) the executor's action
+        pursuing ``option``."""
+        return self._act(key, self.embed(obs, adj), option, deterministic)
 
     def step(
         self,
         key: jax.Array,
         obs: Any,
         adj: jax.Array,
-        prev_skill: Held,
+        prev: Option,
         t: jax.Array,
         deterministic: bool = False,
         explore: float = 0.0,
-    ) -> tuple[Held, ActOut]:
-        """``select_skills`` then ``act`` on one shared embedding: ``(skill, ActOut)``.
+    ) -> tuple[Option, ActOut]:
+        """``select_option`` then ``act`` on one shared embedding: ``(option, ActOut)``.
 
         ``explore``: at decision steps each agent's option is replaced, with this
         probability, by a uniformly random one (MAPPO's collection, so that the executor
@@ -143,31 +150,31 @@ class FeudalActor(eqx.Module):
         k_opt = None
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
-        skill = self._select(h, prev_skill, t, k_opt, explore)
-        return skill, self._act(key, h, skill, deterministic)
+        option = self._select(h, prev, t, k_opt, explore)
+        return option, self._act(key, h, option, deterministic)
 
     def evaluate(
-        self, obs: Any, adj: jax.Array, skill: Held, action: jax.Array
+        self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         """``(log_prob [N], entropy [N])`` of a stored ``ActOut.action`` (PPO update)."""
-        skill_ids, goal = self._unpack(skill)
-        x = self.executor.inputs(self.embed(obs, adj), skill_ids, goal)
+        skills, goal = self._unpack(option)
+        x = self.executor.inputs(self.embed(obs, adj), skills, goal)
         return self.executor.head.evaluate(x, action)
 
     # ------------------------------------------------------------------ internals
-    def _unpack(self, held: Held) -> tuple[jax.Array, jax.Array]:
-        if isinstance(held, Directive):
-            return held.skill, held.goal
+    def _unpack(self, option: Option) -> tuple[jax.Array, jax.Array]:
+        if isinstance(option, GoalOption):
+            return option.skill, option.goal
         if self.goal_dim > 0:
             raise TypeError(
-                f"this actor has a GoalSelector (goal_dim={self.goal_dim}): carry a Directive "
-                "(see FeudalActor.initial_skill), not a bare skill array"
+                f"this actor has a GoalSelector (goal_dim={self.goal_dim}): carry a GoalOption "
+                "(see FeudalActor.initial_option), not a bare skill array"
             )
-        held = jnp.asarray(held)
-        return held, jnp.zeros((*held.shape, 0), jnp.float32)
+        option = jnp.asarray(option)
+        return option, jnp.zeros((*option.shape, 0), jnp.float32)
 
-    def _select(self, h: jax.Array, prev: Held, t: jax.Array, key: jax.Array | None = None,
-                explore: float = 0.0) -> Held:
+    def _select(self, h: jax.Array, prev: Option, t: jax.Array, key: jax.Array | None = None,
+                explore: float = 0.0) -> Option:
         prev_skill, prev_goal = self._unpack(prev)
         decide = jnp.broadcast_to(jnp.asarray(t) % self.selector_period == 0,
                                   prev_skill.shape)
@@ -189,14 +196,14 @@ class FeudalActor(eqx.Module):
         else:
             new_skill = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
         skill = jnp.where(decide, new_skill, prev_skill.astype(jnp.int32))
-        if not isinstance(prev, Directive):
+        if not isinstance(prev, GoalOption):
             return skill
         goal = prev_goal
         if self.selector.goal is not None:
             goal = jnp.where(decide[:, None], self.selector.goal(h), prev_goal)
-        return Directive(skill, goal.astype(jnp.float32))
+        return GoalOption(skill, goal.astype(jnp.float32))
 
-    def _act(self, key: jax.Array, h: jax.Array, held: Held, deterministic: bool) -> ActOut:
-        skill, goal = self._unpack(held)
+    def _act(self, key: jax.Array, h: jax.Array, option: Option, deterministic: bool) -> ActOut:
+        skill, goal = self._unpack(option)
         x = self.executor.inputs(h, skill, goal)
         return self.executor.head.sample(key, x, deterministic)

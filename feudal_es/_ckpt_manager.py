@@ -81,10 +81,11 @@ class CheckpointManager:
                 old.unlink(missing_ok=True)
         return path
 
-    def load_latest(self, template: Any, expect: Mapping[str, Any] | None = None
-                    ) -> tuple[Any, dict[str, Any]]:
-        """:func:`load` the newest checkpoint. A damaged newest checkpoint is reported
-        (with the older ones that remain), not silently skipped."""
+    def load_latest(self, template: Any, expect: Mapping[str, Any] | None = None,
+                    renamed: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
+        """:func:`load` the newest checkpoint (``renamed``: see :func:`load`). A damaged
+        newest checkpoint is reported (with the older ones that remain), not silently
+        skipped."""
         found = self.all()
         if not found:
             legacy = self.legacy()
@@ -95,7 +96,7 @@ class CheckpointManager:
                     f"{_convert_hint(legacy[-1], 'the newest')}")
             raise CheckpointError(f"no checkpoint in {self.run_dir} (no ckpt_*{SUFFIX} files)")
         try:
-            return load(found[-1], template, expect)
+            return load(found[-1], template, expect, renamed)
         except CheckpointError as e:
             if len(found) > 1:
                 older = ", ".join(p.name for p in reversed(found[:-1]))

@@ -325,24 +325,40 @@ def _check_structure(path: Path, table: list[dict[str, Any]], paths: list[str],
     )
 
 
-def load(path: PathLike, template: Any, expect: Mapping[str, Any] | None = None
-         ) -> tuple[Any, dict[str, Any]]:
+def _renamer(renamed: Mapping[str, str] | None):
+    """A leaf path as the template names it: an old path (or a prefix of whole path
+    components) in ``renamed`` becomes its new one."""
+    def rename(path: str) -> str:
+        for old, new in (renamed or {}).items():
+            if path == old or (path.startswith(old) and path[len(old)] in ".["):
+                return new + path[len(old):]
+        return path
+
+    return rename
+
+
+def load(path: PathLike, template: Any, expect: Mapping[str, Any] | None = None,
+         renamed: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
     """Load a checkpoint into ``template``'s structure: returns ``(tree, metadata)``.
 
     ``template`` is a pytree of the saved structure (concrete arrays or
     ``jax.ShapeDtypeStruct``); each leaf comes back as the template leaf's kind (jax or
     numpy array, typed key, Python scalar) with the saved dtype and bits. ``expect`` holds
     metadata entries that must match (e.g. ``{"env_id": ..., "actor_config": {...}}``).
-    Both are checked before any array is read. Raises :class:`CheckpointError` naming the
-    cause on any problem.
+    Both are checked before any array is read. ``renamed`` maps leaf paths the file may
+    use (written before a field was renamed) to the template's, whole path components at
+    a time (``{"['a'].held": "['a'].option"}`` also renames ``['a'].held.skill``). Raises
+    :class:`CheckpointError` naming the cause on any problem.
     """
     r = _Reader(path)
     r.require_kind(_TREE)
     _check_expect(r.path, r.metadata, expect)
     paths, leaves, treedef = flatten_with_paths(template)
-    _check_structure(r.path, r.leaves, paths, leaves)
-    arrays = r.arrays()
-    table = {e["path"]: e for e in r.leaves}
+    rename = _renamer(renamed)
+    entries = [{**e, "path": rename(e["path"])} for e in r.leaves]
+    _check_structure(r.path, entries, paths, leaves)
+    arrays = {rename(p): a for p, a in r.arrays().items()}
+    table = {e["path"]: e for e in entries}
     try:
         restored = [decode(arrays.get(p), table[p], x) for p, x in zip(paths, leaves, strict=True)]
     except (ValueError, TypeError, KeyError) as e:

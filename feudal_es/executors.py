@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from agents import Directive, FeudalActor
+from agents import FeudalActor, GoalOption
 from envs.base import SwarmEnv
 from envs.gym_registration import gym_env_id
 from envs.gym_wrappers import Executor
@@ -34,10 +34,10 @@ def actor_executor(actor: FeudalActor, deterministic: bool = True) -> Executor:
     """
 
     def executor(key: jax.Array, obs: Any, adj: jax.Array, skills: jax.Array) -> jax.Array:
-        held: Any = jnp.asarray(skills, jnp.int32)
+        option: Any = jnp.asarray(skills, jnp.int32)
         if actor.goal_dim > 0:
-            held = Directive(held, actor.selector.goal(actor.embed(obs, adj)))
-        return actor.act(key, obs, adj, held, deterministic).env_action
+            option = GoalOption(option, actor.selector.goal(actor.embed(obs, adj)))
+        return actor.act(key, obs, adj, option, deterministic).env_action
 
     return executor
 

@@ -24,7 +24,7 @@ from feudal_es.mappo import (
     Batch,
     MAPPOConfig,
     TrainState,
-    skill_ids,
+    option_skills,
     update,
     update_fused,
 )
@@ -44,17 +44,17 @@ from feudal_es.pettingzoo_host import (
 def policy(deterministic: bool, explore: float = 0.0) -> Callable:
     """The one jitted policy of the host path, cached per setting (so a second trainer on
     the same shapes does not compile it again; ``explore``: see ``FeudalActor.step``):
-    ``policy(actor, critic, keys[E], obs[E], adj[E], gstate[E], held[E], t[E]) ->
-    (held, ActOut, value)`` for ``E`` env copies at once; with ``critic=None`` (and
+    ``policy(actor, critic, keys[E], obs[E], adj[E], gstate[E], option[E], t[E]) ->
+    (option, ActOut, value)`` for ``E`` env copies at once; with ``critic=None`` (and
     ``gstate=None``) the value is ``None`` (evaluation)."""
 
     @eqx.filter_jit
-    def step(actor, critic, keys, obs, adj, gstate, held, ep_t):
-        new_held, out = jax.vmap(
+    def step(actor, critic, keys, obs, adj, gstate, option, ep_t):
+        new_option, out = jax.vmap(
             lambda k, o, a, h, t: actor.step(k, o, a, h, t, deterministic, explore))(
-                keys, obs, adj, held, ep_t)
-        value = None if critic is None else jax.vmap(critic)(gstate, skill_ids(new_held))
-        return new_held, out, value
+                keys, obs, adj, option, ep_t)
+        value = None if critic is None else jax.vmap(critic)(gstate, option_skills(new_option))
+        return new_option, out, value
 
     return step
 
@@ -105,7 +105,7 @@ class HostCollector:
         self._ep_t = np.zeros(len(envs), np.int32)
         self._ep_return = np.zeros(len(envs), np.float64)
         self._ep_team = np.zeros(len(envs), np.float64)
-        self._held: Any = None
+        self._option: Any = None
         self._policy = policy(deterministic, cfg.option_exploration)
         self._bootstrap = policy(deterministic)
         self.step_timeout = float(step_timeout)
@@ -152,9 +152,9 @@ class HostCollector:
         ``ts`` (key, env-step counter), the batch and rollout statistics."""
         cfg, spec = self.cfg, self.spec
         e, n = len(self.envs), spec.num_agents
-        if self._held is None:
-            self._held = jax.tree.map(lambda x: np.broadcast_to(x, (e, *x.shape)).copy(),
-                                      jax.device_get(ts.actor.initial_skill(n)))
+        if self._option is None:
+            self._option = jax.tree.map(lambda x: np.broadcast_to(x, (e, *x.shape)).copy(),
+                                      jax.device_get(ts.actor.initial_option(n)))
         steps: list[dict] = []
         finished_return: list[float] = []
         finished_team: list[float] = []
@@ -163,8 +163,8 @@ class HostCollector:
         for _ in range(cfg.num_steps):
             obs, alive, adj, gstate = self._inputs()
             key, sub = jax.random.split(key)
-            held, out, value = jax.device_get(self._policy(
-                ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._held,
+            option, out, value = jax.device_get(self._policy(
+                ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
                 self._ep_t))
             reward = np.zeros((e, n), np.float32)
             done = np.zeros((e, n), np.float32)
@@ -176,7 +176,7 @@ class HostCollector:
                               f"than {self.step_timeout:g} s (time limit)"):
                     out_i = env.step(acts)
                 obs_i, rew, term, trunc, infos = check_step(env, acts, out_i, spec, live_i)
-                skills = np.asarray(skill_ids(held)[i])
+                skills = np.asarray(option_skills(option)[i])
                 for j, a in enumerate(spec.agents):
                     if a not in rew:
                         continue
@@ -197,8 +197,8 @@ class HostCollector:
                     finished_team.append(self._ep_team[i])
                     obs_i = self._reset(i)
                 self._obs[i] = obs_i
-            self._held = held
-            steps.append(dict(obs=obs, adj=adj, global_state=gstate, held=held,
+            self._option = option
+            steps.append(dict(obs=obs, adj=adj, global_state=gstate, option=option,
                               action=out.action, log_prob=out.log_prob, value=value,
                               reward=reward, done=done, alive=alive))
         # bootstrap value after the last step, under the option the selector would choose
@@ -206,7 +206,7 @@ class HostCollector:
         obs, alive, adj, gstate = self._inputs()
         key, sub = jax.random.split(key)
         _, _, last_value = jax.device_get(self._bootstrap(
-            ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._held,
+            ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
             self._ep_t))
         traj = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *steps)
         batch = Batch(last_value=jnp.asarray(last_value), **traj)

@@ -75,7 +75,7 @@ class HostEvaluator:
                 used += time.monotonic() - t0
 
         obs = check_reset(env, call(env.reset, seed=seed), spec)
-        held = jax.tree.map(lambda x: x[None], actor.initial_skill(spec.num_agents))
+        option = jax.tree.map(lambda x: x[None], actor.initial_option(spec.num_agents))
         graph = getattr(env, "comm_graph", None)
         total, t = 0.0, 0
         while env.agents and t < self.max_steps:
@@ -83,9 +83,9 @@ class HostEvaluator:
             adj = adjacency((lambda: call(graph)) if callable(graph) else None,
                             spec.num_agents, alive)
             key, sub = jax.random.split(key)
-            held, out, _ = self._policy(actor, None, sub[None],
+            option, out, _ = self._policy(actor, None, sub[None],
                                         jax.tree.map(lambda x: x[None], stacked), adj[None],
-                                        None, held, np.full(1, t, np.int32))
+                                        None, option, np.full(1, t, np.int32))
             acts = env_actions(spec, np.asarray(out.env_action[0]),
                                [a for a in spec.agents if a in obs])
             live = list(env.agents)

@@ -76,7 +76,7 @@ def _episodes(env: SwarmEnv, expert: Callable, actor: FeudalActor, key: jax.Arra
               episodes: int, option: int, beta: float) -> dict[str, jax.Array]:
     """``episodes`` rollouts in which each step the expert acts with probability ``beta``
     (else the executor, deterministic): every visited (obs, adj) with the expert's label."""
-    held = jnp.full((env.num_agents,), option, jnp.int32)
+    fixed_option = jnp.full((env.num_agents,), option, jnp.int32)
 
     def one(key: jax.Array) -> dict[str, jax.Array]:
         k_reset, k_run = jax.random.split(key)
@@ -87,7 +87,7 @@ def _episodes(env: SwarmEnv, expert: Callable, actor: FeudalActor, key: jax.Arra
             k_exp, k_coin, k_env = jax.random.split(k, 3)
             adj = env.comm_graph(state)
             label = expert(k_exp, env, state)
-            mine = actor.act(k_exp, obs, adj, held, deterministic=True).env_action
+            mine = actor.act(k_exp, obs, adj, fixed_option, deterministic=True).env_action
             action = jnp.where(jax.random.uniform(k_coin) < beta, label, mine)
             obs2, state, _ = env.step(k_env, state, action)
             return (obs2, state), {"obs": obs, "adj": adj, "label": label}
@@ -105,13 +105,13 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainCo
     tx = optax.adam(cfg.lr)
     filt = executor_filter(actor)
     opt = tx.init(eqx.filter(actor, filt))
-    held = jnp.full((env.num_agents,), cfg.option, jnp.int32)
+    fixed_option = jnp.full((env.num_agents,), cfg.option, jnp.int32)
     collect = eqx.filter_jit(lambda a, k, beta: _episodes(env, expert, a, k, cfg.episodes,
                                                           cfg.option, beta))
 
     def loss_fn(params, rest, mb):
         a = eqx.combine(params, rest)
-        act = jax.vmap(lambda o, adj: a.act(jax.random.key(0), o, adj, held,
+        act = jax.vmap(lambda o, adj: a.act(jax.random.key(0), o, adj, fixed_option,
                                             deterministic=True).env_action)(mb["obs"],
                                                                             mb["adj"])
         return jnp.mean(jnp.square(act - mb["label"]))

@@ -22,6 +22,9 @@ from feudal_es.rundir import seed_dirs
 __all__ = ["from_checkpoint", "resume", "stored_config"]
 
 _KEEP = ("env", "env_kwargs", "seed", "es", "mappo", "actor", "critic", "num_skills")
+# leaves renamed since older checkpoints were written: RolloutState.held became .option
+# (one word for the selector's choice); those checkpoints still load
+RENAMED = {"['train_state'].rollout.held": "['train_state'].rollout.option"}
 
 
 def stored_config(path: Path, meta: dict[str, Any]) -> tuple[TrainerConfig, bool]:
@@ -64,8 +67,8 @@ def _load(trainer: Any, index: int, path: Path, current: bool, newest: bool) -> 
     template, expect = trainer.checkpoint_tree(index), (trainer.checkpoint_expect(index)
                                                         if current else None)
     rundir = trainer.recorders[index].rundir
-    tree, meta = (rundir.checkpoints.load_latest(template, expect) if newest
-                  else checkpoint.load(path, template, expect))
+    tree, meta = (rundir.checkpoints.load_latest(template, expect, RENAMED) if newest
+                  else checkpoint.load(path, template, expect, RENAMED))
     return trainer.restore(index, tree, meta)
 
 
@@ -136,5 +139,6 @@ def from_checkpoint(cls: type, path: str | os.PathLike, env: str | None = None) 
     resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, path)
     trainer = cls(config, path.parent, resolved=resolved)
     expect = trainer.checkpoint_expect() if same_env and current else None
-    trainer.state = trainer.restore(0, *checkpoint.load(path, trainer.checkpoint_tree(), expect))
+    trainer.state = trainer.restore(0, *checkpoint.load(path, trainer.checkpoint_tree(), expect,
+                                                         RENAMED))
     return trainer

@@ -40,11 +40,11 @@ def episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, deterministic: bo
     """One full episode of the feudal actor from ``env.reset(key)`` (skills re-chosen every
     ``actor.selector_period`` steps); ``outs`` holds each step's env metrics."""
 
-    def act(k, obs, state, held, t):
-        held, out = actor.step(k, obs, env.comm_graph(state), held, t, deterministic)
-        return out.env_action, held
+    def act(k, obs, state, option, t):
+        option, out = actor.step(k, obs, env.comm_graph(state), option, t, deterministic)
+        return out.env_action, option
 
-    return run_episode(key, env, act, actor.initial_skill(env.num_agents),
+    return run_episode(key, env, act, actor.initial_option(env.num_agents),
                        keep_states=keep_states, record=lambda out: out.metrics)
 
 

@@ -16,8 +16,8 @@ from gymnasium import spaces
 
 from agents import (
     ActorConfig,
-    Directive,
     FeudalActor,
+    GoalOption,
     GraphFilter,
     LPACBackbone,
     count_params,
@@ -176,7 +176,7 @@ def test_selector_theta_round_trip_exact(actor):
 def _pop_select(actor, thetas, obs, adj, prev, t):
     def one(theta):
         a = set_selector_theta(actor, theta)
-        return a.skill_logits(obs, adj), a.select_skills(obs, adj, prev, t)
+        return a.skill_logits(obs, adj), a.select_option(obs, adj, prev, t)
 
     return jax.vmap(one)(thetas)
 
@@ -184,7 +184,7 @@ def _pop_select(actor, thetas, obs, adj, prev, t):
 @eqx.filter_jit
 def _one_select(actor, theta, obs, adj, prev, t):
     a = set_selector_theta(actor, theta)
-    return a.skill_logits(obs, adj), a.select_skills(obs, adj, prev, t)
+    return a.skill_logits(obs, adj), a.select_option(obs, adj, prev, t)
 
 
 def test_population_vmap_equals_loop():
@@ -192,18 +192,18 @@ def test_population_vmap_equals_loop():
     theta0 = selector_theta(actor)
     noise = np.random.default_rng(8).standard_normal((64, theta0.size)).astype(np.float32)
     thetas = theta0 + 0.5 * jnp.asarray(noise)
-    prev = actor.initial_skill(N)
-    logits, held = _pop_select(actor, thetas, OBS, ADJ, prev, jnp.int32(0))
-    assert logits.shape == (64, N, 3) and held.skill.shape == (64, N)
-    assert held.goal.shape == (64, N, 2)
+    prev = actor.initial_option(N)
+    logits, option = _pop_select(actor, thetas, OBS, ADJ, prev, jnp.int32(0))
+    assert logits.shape == (64, N, 3) and option.skill.shape == (64, N)
+    assert option.goal.shape == (64, N, 2)
     for p in range(64):
         lg, hp = _one_select(actor, thetas[p], OBS, ADJ, prev, jnp.int32(0))
         np.testing.assert_allclose(np.asarray(logits[p]), np.asarray(lg), rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(np.asarray(held.skill[p]), np.asarray(hp.skill))
-        np.testing.assert_allclose(np.asarray(held.goal[p]), np.asarray(hp.goal), atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(option.skill[p]), np.asarray(hp.skill))
+        np.testing.assert_allclose(np.asarray(option.goal[p]), np.asarray(hp.goal), atol=1e-6)
     # the population really differs, and decisions are the argmax of each member's logits
-    assert len({tuple(np.asarray(s)) for s in held.skill}) > 1
-    np.testing.assert_array_equal(np.asarray(held.skill), np.asarray(logits.argmax(-1)))
+    assert len({tuple(np.asarray(s)) for s in option.skill}) > 1
+    np.testing.assert_array_equal(np.asarray(option.skill), np.asarray(logits.argmax(-1)))
 
 
 @eqx.filter_jit
@@ -211,8 +211,8 @@ def _env_step(actor, keys, obs, adj, prev, t):
     """step vmapped over envs, plus evaluate() of the sampled actions (PPO's re-scoring)."""
 
     def one(k, o, a, p, tt):
-        held, out = actor.step(k, o, a, p, tt)
-        return held, out, actor.evaluate(o, a, held, out.action)
+        option, out = actor.step(k, o, a, p, tt)
+        return option, out, actor.evaluate(o, a, option, out.action)
 
     return jax.vmap(one)(keys, obs, adj, prev, t)
 
@@ -222,26 +222,26 @@ def test_select_holds_between_decisions_vmapped_over_envs():
     actor = GOAL_ACTOR
     obs = jax.tree.map(lambda x: jnp.stack([x, x[::-1]]), OBS)
     adj = jnp.stack([ADJ, ADJ[::-1, ::-1]])
-    prev = Directive(jnp.full((2, N), 2, jnp.int32), jnp.full((2, N, 2), 0.5, jnp.float32))
+    prev = GoalOption(jnp.full((2, N), 2, jnp.int32), jnp.full((2, N, 2), 0.5, jnp.float32))
     keys = jax.random.split(jax.random.key(9), 2)
-    held, out, (lp, ent) = _env_step(actor, keys, obs, adj, prev, jnp.array([0, 3]))
+    option, out, (lp, ent) = _env_step(actor, keys, obs, adj, prev, jnp.array([0, 3]))
     assert out.env_action.shape == (2, N, 2) and out.log_prob.shape == (2, N)
     # env 0 decided: argmax of its logits, and the goal selector's output
     o0 = jax.tree.map(lambda x: x[0], obs)
     logits, decided = _one_select(actor, selector_theta(actor), o0, adj[0],
-                                  actor.initial_skill(N), jnp.int32(0))  # fmt: skip
-    np.testing.assert_array_equal(np.asarray(held.skill[0]), np.asarray(logits.argmax(-1)))
-    np.testing.assert_allclose(np.asarray(held.goal[0]), np.asarray(decided.goal), atol=1e-6)
+                                  actor.initial_option(N), jnp.int32(0))  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(option.skill[0]), np.asarray(logits.argmax(-1)))
+    np.testing.assert_allclose(np.asarray(option.goal[0]), np.asarray(decided.goal), atol=1e-6)
     assert np.all(np.abs(np.asarray(decided.goal)) < 1.0)
-    # env 1 held its previous directive
-    np.testing.assert_array_equal(np.asarray(held.skill[1]), 2)
-    np.testing.assert_array_equal(np.asarray(held.goal[1]), 0.5)
+    # env 1 kept its previous options
+    np.testing.assert_array_equal(np.asarray(option.skill[1]), 2)
+    np.testing.assert_array_equal(np.asarray(option.goal[1]), 0.5)
     # evaluate() of the stored action reproduces act's log-prob and entropy
     np.testing.assert_allclose(np.asarray(lp), np.asarray(out.log_prob), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ent), np.asarray(out.entropy), rtol=1e-6)
     # a bare skill array is refused when the actor also sets sub-goals
-    with pytest.raises(TypeError, match="carry a Directive"):
-        actor.select_skills(o0, adj[0], jnp.zeros(N, jnp.int32), 0)
+    with pytest.raises(TypeError, match="carry a GoalOption"):
+        actor.select_option(o0, adj[0], jnp.zeros(N, jnp.int32), 0)
     with pytest.raises(ValueError, match="selector_period"):
         ActorConfig(selector_period=0)
 
@@ -273,7 +273,7 @@ def test_actor_runs_on_bundled_envs_default_size(name):
     adj = env.comm_graph(state)
     actor = FeudalActor.from_env(jax.random.key(1), env, PERIOD_4)
     n = env.num_agents
-    skill, out = step_jit(actor, jax.random.key(2), obs, adj, actor.initial_skill(n),
+    skill, out = step_jit(actor, jax.random.key(2), obs, adj, actor.initial_option(n),
                           jnp.int32(0), jnp.bool_(False))  # fmt: skip
     assert skill.shape == (n,) and skill.dtype == jnp.int32
     assert bool(jnp.all((skill >= 0) & (skill < env.num_skills)))
@@ -294,15 +294,15 @@ def test_actor_at_256_agents_is_local():
     obs, state = jax.jit(env.reset)(jax.random.key(0))
     actor = DEFAULT_ACTORS.get(8) or FeudalActor.from_env(jax.random.key(1), Coverage(), PERIOD_4)
     key, t0, det = jax.random.key(2), jnp.int32(0), jnp.bool_(True)
-    _, out = step_jit(actor, key, obs, env.comm_graph(state), actor.initial_skill(256), t0,
+    _, out = step_jit(actor, key, obs, env.comm_graph(state), actor.initial_option(256), t0,
                       jnp.bool_(False))  # fmt: skip
     assert out.action.shape == (256, 2) and bool(jnp.all(jnp.isfinite(out.log_prob)))
     blocks = jnp.asarray(np.kron(np.eye(32), random_graph(1, 8, p=0.6)), jnp.float32)
-    skill, out = step_jit(actor, key, obs, blocks, actor.initial_skill(256), t0, det)
+    skill, out = step_jit(actor, key, obs, blocks, actor.initial_option(256), t0, det)
     for g in (0, 17):
         sl = slice(8 * g, 8 * g + 8)
         obs_g = {k: v[sl] for k, v in obs.items()}
-        skill_g, out_g = step_jit(actor, key, obs_g, blocks[sl, sl], actor.initial_skill(8),
+        skill_g, out_g = step_jit(actor, key, obs_g, blocks[sl, sl], actor.initial_option(8),
                                   t0, det)  # fmt: skip
         np.testing.assert_array_equal(np.asarray(skill[sl]), np.asarray(skill_g))
         np.testing.assert_allclose(np.asarray(out.action[sl]), np.asarray(out_g.action),
@@ -352,10 +352,10 @@ def test_option_exploration_mixes_uniform_options_as_configured():
                         ActorConfig(gnn_layers=0, selector_period=4))
     obs = jax.random.normal(jax.random.key(1), (n, 5))
     adj = jnp.zeros((n, n))
-    held0 = jnp.zeros(n, jnp.int32)
+    option0 = jnp.zeros(n, jnp.int32)
     greedy = np.asarray(actor.skill_logits(obs, adj).argmax(-1))
     def pick(keys, t, explore):  # explore is static: a Python float
-        return jax.vmap(lambda key: actor.step(key, obs, adj, held0, t, True, explore)[0])(
+        return jax.vmap(lambda key: actor.step(key, obs, adj, option0, t, True, explore)[0])(
             keys)
 
     keys = jax.random.split(jax.random.key(2), trials)
@@ -370,12 +370,12 @@ def test_option_exploration_mixes_uniform_options_as_configured():
     uniform = FeudalActor(jax.random.key(0), obs_space, act, k,
                           ActorConfig(gnn_layers=0, options="uniform", selector_period=4))
     counts = np.bincount(np.asarray(jax.vmap(lambda key: uniform.step(
-        key, obs, adj, held0, 0, True)[0])(keys)).ravel(), minlength=k)
+        key, obs, adj, option0, 0, True)[0])(keys)).ravel(), minlength=k)
     assert np.abs(counts / counts.sum() - 1 / k).max() < 0.02
     fixed = FeudalActor(jax.random.key(0), obs_space, act, k,
                         ActorConfig(gnn_layers=0, options="fixed", fixed_option=2,
                                     selector_period=4))
-    np.testing.assert_array_equal(np.asarray(fixed.step(keys[0], obs, adj, held0, 0)[0]), 2)
+    np.testing.assert_array_equal(np.asarray(fixed.step(keys[0], obs, adj, option0, 0)[0]), 2)
     with pytest.raises(ValueError, match="fixed_option=4"):
         FeudalActor(jax.random.key(0), obs_space, act, k,
                     ActorConfig(options="fixed", fixed_option=4))

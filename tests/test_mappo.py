@@ -146,7 +146,7 @@ def test_train_step_moves_every_executor_leaf_with_gradient(env, nets, stepped):
         _, batch, _ = mappo.collect(env, ts, CFG)
         critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
         data = {"obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
-                "held": batch.held, "action": batch.action, "log_prob": batch.log_prob,
+                "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
                 "value": batch.value, "alive": batch.alive,
                 "advantage": jax.random.normal(jax.random.key(0), batch.reward.shape),
                 "target": batch.value + 1.0}
@@ -203,13 +203,13 @@ def test_host_path_equals_jax_path(env, nets):
     ts_h, batch_h, _ = collector.collect(ts)
 
     obs = jax.vmap(env.observe)(env_state)
-    held = jnp.zeros((cfg.num_envs, env.num_agents), jnp.int32)
+    option = jnp.zeros((cfg.num_envs, env.num_agents), jnp.int32)
     zeros = jnp.zeros(cfg.num_envs)
-    ro = mappo.RolloutState(env_state, obs, held, jnp.zeros(cfg.num_envs, jnp.int32), zeros,
+    ro = mappo.RolloutState(env_state, obs, option, jnp.zeros(cfg.num_envs, jnp.int32), zeros,
                             zeros)
     ts_j = ts._replace(rollout=ro)
     _, batch_j, _ = jax.jit(lambda t: mappo.collect(env, t, cfg, deterministic=True))(ts_j)
-    for name in ("adj", "global_state", "held", "action", "log_prob", "value", "reward",
+    for name in ("adj", "global_state", "option", "action", "log_prob", "value", "reward",
                  "done", "alive", "last_value"):
         np.testing.assert_allclose(np.asarray(getattr(batch_h, name)),
                                    np.asarray(getattr(batch_j, name)), rtol=1e-4, atol=1e-5,

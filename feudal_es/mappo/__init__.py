@@ -47,7 +47,7 @@ from feudal_es.mappo.state import (
     keep_finite,
     learned,
     make_optimizers,
-    skill_ids,
+    option_skills,
     trainable,
 )
 from feudal_es.mappo.update import (
@@ -64,5 +64,5 @@ __all__ = ["FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Batch", "Learned
            "MAPPOConfig", "RolloutState", "TrainState", "ValueNorm", "all_finite", "collect",
            "conv_macs", "fused_train_step", "gae", "guarded", "init_learner", "init_rollout",
            "init_train_state", "keep_finite", "learned", "loss", "make_guarded_train_step",
-           "make_optimizers", "make_rollout", "make_train_step", "skill_ids", "trainable",
+           "make_optimizers", "make_rollout", "make_train_step", "option_skills", "trainable",
            "update", "update_fused", "uses_fused_update"]

@@ -1,7 +1,7 @@
 """Pure-JAX collection and the train steps built on it: ``num_steps x num_envs``
 transitions with ``lax.scan`` over time and ``vmap`` over env copies, then the update;
 options drawn from the selector (mixed with uniform ones, ``option_exploration``) and
-held for the actor's ``selector_period``.
+kept for the actor's ``selector_period``.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import jax.numpy as jnp
 
 from envs.base import SwarmEnv, auto_reset_step
 from feudal_es.mappo.config import MAPPOConfig
-from feudal_es.mappo.state import Batch, RolloutState, TrainState, keep_finite, skill_ids
+from feudal_es.mappo.state import Batch, RolloutState, TrainState, keep_finite, option_skills
 from feudal_es.mappo.update import update, update_fused, uses_fused_update
 
 __all__ = ["collect", "fused_train_step", "guarded", "make_guarded_train_step",
            "make_rollout", "make_train_step"]
 
 
-def _skill_reward(skill_rewards: jax.Array, held: Any) -> jax.Array:
+def _option_reward(skill_rewards: jax.Array, option: Any) -> jax.Array:
     """``skill_rewards[i, skill_i]`` for every agent: [..., N, K] -> [..., N]."""
-    ids = skill_ids(held)
+    ids = option_skills(option)
     return jnp.take_along_axis(skill_rewards, ids[..., None], axis=-1)[..., 0]
 
 
@@ -35,8 +35,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     statistics (completed-episode returns, dense and team reward per step)."""
     actor, critic = ts.actor, ts.critic
 
-    def policy(key, obs, adj, held, t):
-        return actor.step(key, obs, adj, held, t, deterministic, cfg.option_exploration)
+    def policy(key, obs, adj, option, t):
+        return actor.step(key, obs, adj, option, t, deterministic, cfg.option_exploration)
 
     def one_step(carry, key):
         ro: RolloutState = carry
@@ -45,20 +45,20 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         adj = jax.vmap(env.comm_graph)(ro.env_state)
         gstate = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
                                         ro.ep_t)
-        held, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.held, ro.ep_t)
+        option, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.option, ro.ep_t)
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
             env, jax.random.split(k_env, e), ro.env_state, out.env_action)
-        reward = _skill_reward(eo.skill_rewards, held)
+        reward = _option_reward(eo.skill_rewards, option)
         ep_return = ro.ep_return + eo.reward.mean(-1)
         ep_team = ro.ep_team_return + eo.team_reward
         step = dict(
-            obs=ro.obs, adj=adj, global_state=gstate, held=held, action=out.action,
+            obs=ro.obs, adj=adj, global_state=gstate, option=option, action=out.action,
             log_prob=out.log_prob, reward=reward, done=eo.done,
             env_reward=eo.reward.mean(-1), team_reward=eo.team_reward,
             finished_return=ep_return, finished_team=ep_team,
         )
         keep = lambda x: jnp.where(eo.done, 0.0, x)
-        ro = RolloutState(env_state, obs, held, jnp.where(eo.done, 0, ro.ep_t + 1),
+        ro = RolloutState(env_state, obs, option, jnp.where(eo.done, 0, ro.ep_t + 1),
                           keep(ep_return), keep(ep_team))
         return ro, step
 
@@ -70,16 +70,16 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     last_adj = jax.vmap(env.comm_graph)(ro.env_state)
     last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),
                                  ro.ep_t.shape[0])  # used by random options only
-    last_held = jax.vmap(lambda o, a, h, t, k: actor.select_skills(o, a, h, t, k))(
-        ro.obs, last_adj, ro.held, ro.ep_t, last_keys)
-    last_value = jax.vmap(critic)(last_gs, skill_ids(last_held))
+    last_option = jax.vmap(lambda o, a, h, t, k: actor.select_option(o, a, h, t, k))(
+        ro.obs, last_adj, ro.option, ro.ep_t, last_keys)
+    last_value = jax.vmap(critic)(last_gs, option_skills(last_option))
     # the critic's values of the whole trajectory in one batched call, after the scan (the
     # policy does not need them): one [T*E]-row matmul per layer instead of T small ones
     t_len, e = traj["reward"].shape[:2]
     flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
-    value = jax.vmap(critic)(flat(traj["global_state"]), flat(skill_ids(traj["held"])))
+    value = jax.vmap(critic)(flat(traj["global_state"]), flat(option_skills(traj["option"])))
     batch = Batch(
-        obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], held=traj["held"],
+        obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], option=traj["option"],
         action=traj["action"], log_prob=traj["log_prob"], value=value.reshape(t_len, e, -1),
         reward=traj["reward"],
         done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),

@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents import CentralCritic, Directive, FeudalActor, executor_filter
+from agents import CentralCritic, FeudalActor, GoalOption, executor_filter
 from envs.base import SwarmEnv
 from feudal_es.mappo.config import MAPPOConfig
 
 __all__ = ["LOSS_KEYS", "Batch", "Learned", "RolloutState", "TrainState", "ValueNorm",
            "all_finite", "init_learner", "init_rollout", "init_train_state", "keep_finite",
-           "learned", "make_optimizers", "skill_ids", "trainable"]
+           "learned", "make_optimizers", "option_skills", "trainable"]
 
 
 class ValueNorm(NamedTuple):
@@ -63,7 +63,7 @@ class RolloutState(NamedTuple):
 
     env_state: Any  # the env's own state pytree, [E, ...]
     obs: Any  # current observation pytree, [E, N, ...]
-    held: Any  # the held skill [E, N] (or a Directive with sub-goals)
+    option: Any  # the options the agents pursue, [E, N] skills (or a GoalOption)
     ep_t: jax.Array  # [E] int32 steps into the current episode
     ep_return: jax.Array  # [E] running mean-over-agents dense return of the episode
     ep_team_return: jax.Array  # [E] running team return of the episode
@@ -132,7 +132,7 @@ class Batch(NamedTuple):
     obs: Any  # [T, E, N, ...]
     adj: jax.Array  # [T, E, N, N] comm graph at the observation
     global_state: jax.Array  # [T, E, S] the critic's state (CentralCritic.state)
-    held: Any  # [T, E, N] skill (or Directive) the action was conditioned on
+    option: Any  # [T, E, N] the options (skills, or a GoalOption) the action pursued
     action: jax.Array  # [T, E, N, ...] the policy sample (ActOut.action)
     log_prob: jax.Array  # [T, E, N] behaviour log-prob
     value: jax.Array  # [T, E, N] critic output (normalized units when value_norm)
@@ -142,9 +142,9 @@ class Batch(NamedTuple):
     last_value: jax.Array  # [E, N] critic output at the state after the last step
 
 
-def skill_ids(held: Any) -> jax.Array:
-    """The skill indices of a held selector output (array or Directive)."""
-    return held.skill if isinstance(held, Directive) else held
+def option_skills(option: Any) -> jax.Array:
+    """The skill indices of options (an array of skills, or a GoalOption)."""
+    return option.skill if isinstance(option, GoalOption) else option
 
 
 def trainable(actor: FeudalActor) -> tuple[Any, Any]:
@@ -184,10 +184,10 @@ def init_learner(key: jax.Array, actor: FeudalActor, critic: CentralCritic,
 def init_rollout(key: jax.Array, env: SwarmEnv, actor: FeudalActor, num_envs: int) -> RolloutState:
     """Reset ``num_envs`` copies of a functional env."""
     obs, env_state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
-    held = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)),
-                        actor.initial_skill(env.num_agents))
+    option = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)),
+                        actor.initial_option(env.num_agents))
     zeros = jnp.zeros((num_envs,), jnp.float32)
-    return RolloutState(env_state, obs, held, jnp.zeros((num_envs,), jnp.int32), zeros, zeros)
+    return RolloutState(env_state, obs, option, jnp.zeros((num_envs,), jnp.int32), zeros, zeros)
 
 
 def init_train_state(key: jax.Array, env: SwarmEnv, actor: FeudalActor, critic: CentralCritic,

@@ -14,7 +14,7 @@ import optax
 
 from agents import ActorConfig
 from feudal_es.mappo.config import MAPPOConfig
-from feudal_es.mappo.state import Batch, TrainState, make_optimizers, skill_ids, trainable
+from feudal_es.mappo.state import Batch, TrainState, make_optimizers, option_skills, trainable
 
 __all__ = ["FUSED_MAX_CONV_MACS", "conv_macs", "gae", "loss", "update", "update_fused",
            "uses_fused_update"]
@@ -63,8 +63,8 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     actor_params, critic_params = params
     actor = eqx.combine(actor_params, rest[0])
     critic = eqx.combine(critic_params, rest[1])
-    log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["held"], mb["action"])
-    value = jax.vmap(critic)(mb["global_state"], skill_ids(mb["held"]))
+    log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["option"], mb["action"])
+    value = jax.vmap(critic)(mb["global_state"], option_skills(mb["option"]))
     mask = mb["alive"]
 
     log_ratio = log_prob - mb["log_prob"]
@@ -115,7 +115,7 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
     flat = lambda x: x.reshape((cfg.batch_size, *x.shape[2:]))
     data = {
         "obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
-        "held": batch.held, "action": batch.action, "log_prob": batch.log_prob,
+        "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
         "value": batch.value, "alive": alive, "advantage": advantage, "target": target,
     }
     data = jax.tree.map(flat, data)
