@@ -342,8 +342,8 @@ def test_update_mode_follows_the_observations_and_the_cnn_size():
 # --- a custom PettingZoo env through the registry -------------------------------------------
 class LineWorld(Line):
     """``Line`` with no extras (no state(), no comm_graph(), no skill or team rewards): the
-    defaults of DESIGN.md apply. Agent ``a1`` leaves the episode early, to exercise death
-    masking."""
+    defaults for custom envs apply (README, "Your own PettingZoo env"). Agent ``a1``
+    leaves the episode early, to exercise death masking."""
 
     metadata = {"name": "line_world_v0"}  # noqa: RUF012
     speed = 0.2
