@@ -10,6 +10,9 @@ process, the persistent compilation cache across the CLI subprocesses).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import equinox as eqx
@@ -131,3 +134,27 @@ def write_st(path: Path, header: dict, body: bytes) -> Path:
     raw += b" " * (-len(raw) % 8)
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + body)
     return path
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a ``feudal-es`` subprocess: this one's, with the repository and
+    ``tests/`` importable (``--import user_envs``), plus ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+def cli_command(*args: str) -> list[str]:
+    """The argv of ``feudal-es ARGS`` run by this interpreter."""
+    return [sys.executable, "-m", "feudal_es.cli", *args]
+
+
+def run_cli(*args: str, cwd: Path, check: bool = True, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``feudal-es ARGS`` in a subprocess (output captured as text); ``check``: it must
+    exit 0 (the failure shows its output)."""
+    proc = subprocess.run(cli_command(*args), cwd=cwd, env=env or cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, f"feudal-es {args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc

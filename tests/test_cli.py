@@ -14,32 +14,25 @@ cache (conftest.py).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, TESTS, TINY, assert_history_close, metrics_rows
+from helpers import (
+    TINY,
+    assert_history_close,
+    cli_command,
+    cli_env,
+    metrics_rows,
+    run_cli,
+)
 from PIL import Image
 
-
 # --- helpers ----------------------------------------------------------------------------------
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
-    return env
-
-
-def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "feudal_es.cli", *args], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, f"feudal-es {args} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
+cli = run_cli
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +87,8 @@ def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
     equals the uninterrupted CLI run's."""
     run = work / "killed"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "feudal_es.cli", "train", "--config", "tiny.json", "--out",
-         str(run), "--no-progress"], cwd=work, env=_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cli_command("train", "--config", "tiny.json", "--out", str(run), "--no-progress"),
+        cwd=work, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not (run / "ckpt_00000001.safetensors").exists() and proc.poll() is None:
         assert time.monotonic() < deadline, "no first checkpoint within 240 s"

@@ -18,7 +18,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,11 +26,11 @@ import numpy as np
 import pytest
 from helpers import (
     HOST,
-    ROOT,
-    TESTS,
     TINY,
     VOLATILE,
     assert_trees_equal,
+    cli_command,
+    cli_env,
     host_trainer,
     metrics_rows,
     stable,
@@ -43,12 +42,6 @@ from feudal_es.trainer import ESTrainer
 pytestmark = pytest.mark.slow
 RUN = TINY.override({"n_outer": 8, "checkpoint_every": 1, "keep_checkpoints": 2,
                      "plot_every": 100})
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
-    return env
 
 
 # `--import test_faults_slow` in a CLI subprocess: this module (and the ``helpers`` it
@@ -66,11 +59,10 @@ if os.environ.get("FEUDAL_ES_TEST_SLOW_WRITES") == "1":
 
 
 def _train(*args: str, cwd: Path, slow_writes: bool = False) -> subprocess.Popen:
-    env = {**_env(), "FEUDAL_ES_TEST_SLOW_WRITES": "1" if slow_writes else "0"}
+    env = cli_env(FEUDAL_ES_TEST_SLOW_WRITES="1" if slow_writes else "0")
     extra = ["--import", "test_faults_slow"] if slow_writes else []
-    return subprocess.Popen([sys.executable, "-m", "feudal_es.cli", "train", "--no-progress",
-                             *extra, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cli_command("train", "--no-progress", *extra, *args), cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _final_tree(run: Path):
