@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # ``python bench/all.py``: import from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from bench.common import describe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,7 +204,7 @@ def es_core_rows(doc: dict[str, Any]) -> list[Row]:
 
 
 def envs_rows(doc: dict[str, Any]) -> list[Row]:
-    """bench/envs.py: env throughput vs VMAS, and the PettingZoo adapter vs its floor."""
+    """bench/env_throughput.py: env throughput vs VMAS, and the PettingZoo adapter vs its floor."""
     res, batch = doc["results"], doc["settings"]["batch"]
     rows = []
     for r in res["vmas"]:
@@ -274,7 +277,7 @@ def _repeat_spread(ours: list[float], peer: list[float] | None) -> str:
 
 
 def jaxmarl_rows(doc: dict[str, Any]) -> list[Row]:
-    """bench/jaxmarl.py: our MAPPO vs JaxMARL's IPPO-FF and MAPPO-RNN on their env."""
+    """bench/vs_jaxmarl.py: our MAPPO vs JaxMARL's IPPO-FF and MAPPO-RNN on their env."""
     runs = doc["results"]["runs"]
     ippo, rnn = runs.get("jaxmarl_ippo_ff") or {}, runs.get("jaxmarl_mappo_rnn") or {}
     rows = []
@@ -322,6 +325,11 @@ class Part:
     rows: Callable[[dict[str, Any]], list[Row]]  # its JSON document -> summary rows
     markdown: bool = False  # its stdout is markdown to show as is, not in a code block
 
+    @property
+    def script(self) -> str:
+        """The script's file, e.g. ``bench/perf.py``."""
+        return self.module.replace(".", "/") + ".py"
+
 
 def mappo_args(opts: argparse.Namespace) -> list[str]:
     """The default epochs only (the script's extra 1-epoch rows double its ~10 min)."""
@@ -337,10 +345,10 @@ PARTS: list[Part] = [
          perf_rows, markdown=True),
     Part("es_core", "bench.es_core",
          lambda o: ["--markdown"] + ["--pop", "64", "--repeats", "3"] * o.quick, es_core_rows),
-    Part("envs", "bench.envs", lambda o: ["--batch", "256", "--skip-vmas"] * o.quick,
+    Part("envs", "bench.env_throughput", lambda o: ["--batch", "256", "--skip-vmas"] * o.quick,
          envs_rows),
     Part("mappo", "bench.mappo", mappo_args, mappo_rows),
-    Part("jaxmarl", "bench.jaxmarl", lambda o: ["--quick"] * o.quick, jaxmarl_rows,
+    Part("jaxmarl", "bench.vs_jaxmarl", lambda o: ["--quick"] * o.quick, jaxmarl_rows,
          markdown=True),
     Part("gym_vector", "bench.gym_vector",
          lambda o: ["--num-envs", "256", "--steps", "5", "--repeats", "1"] * o.quick,
@@ -474,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t_start
 
     machines = [docs[n]["machine"] for n in fresh] or [d["machine"] for d in docs.values()]
+    script = {part.name: part.script for part in PARTS}
     header = (
         f"Run {now}, `python -m bench.all"
         f"{' ' + ' '.join(argv if argv is not None else sys.argv[1:])}`, {total / 60:.1f} min; "
@@ -485,15 +494,15 @@ def main(argv: list[str] | None = None) -> int:
     carried = [n for n in docs if n not in fresh]
     if carried:
         header += (" Not rerun (`--only`), rows from `bench/results/<name>.json` of the run "
-                   "they name: " + ", ".join(f"bench/{n}.py ({docs[n]['date']}"
+                   "they name: " + ", ".join(f"{script[n]} ({docs[n]['date']}"
                                              + ("" if docs[n]["machine"] == machines[0]
                                                 else f", on {describe(docs[n]['machine'])}")
                                              + ")" for n in carried) + ".")
     if missing:
         header += (" No kept results (no `bench/results/<name>.json`) for: "
-                   + ", ".join(f"bench/{n}.py" for n in missing) + ".")
+                   + ", ".join(script[n] for n in missing) + ".")
     if failed:
-        header += (" **Failed, no rows**: " + ", ".join(f"bench/{n}.py" for n in failed)
+        header += (" **Failed, no rows**: " + ", ".join(script[n] for n in failed)
                    + " (output below).")
     block = render(docs, failed, header)
     if args.no_write:

@@ -1,11 +1,11 @@
 """What every bench script shares: the JSON document it writes beside its printed markdown.
 
-Each script (``bench/es_core.py``, ``bench/envs.py``, ``bench/mappo.py``, ``bench/perf.py``)
-prints its human-readable markdown to stdout and, given ``--json PATH``, writes its
-measurements to ``PATH`` as one :class:`Report` document (the keys are listed there), so
-that ``python -m bench.all`` builds its summary from numbers instead of parsing text. Also
-here: the machine description, the interleaved best-of timer and the markdown-table printer
-the scripts had in several copies.
+Each script (``bench/es_core.py``, ``bench/env_throughput.py``, ``bench/mappo.py``,
+``bench/perf.py``) prints its human-readable markdown to stdout and, given
+``--json PATH``, writes its measurements to ``PATH`` as one :class:`Report` document (the
+keys are listed there), so that ``python -m bench.all`` builds its summary from numbers
+instead of parsing text. Also here: the machine description, the interleaved best-of
+timer and the markdown-table printer the scripts had in several copies.
 """
 
 from __future__ import annotations

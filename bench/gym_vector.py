@@ -77,6 +77,7 @@ def measure(env_name: str, num_envs: int, sync_envs: int, steps: int, repeats: i
     env_id = envs.gym_registration.gym_env_id(env_name, "Swarm")
     env_kwargs = env_kwargs or {}
     t0 = time.perf_counter()
+    envs.register()  # the bundled Gymnasium ids (importing envs registers nothing)
     venv = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
                         **env_kwargs)
     sync = gym.make_vec(env_id, num_envs=sync_envs, vectorization_mode="sync", **env_kwargs)

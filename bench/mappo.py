@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # ``python bench/mappo.py``: import from the repository root
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # (bench/envs.py shadows envs)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import jax
 

@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # ``python bench/perf.py``: import from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp

@@ -139,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, TypeError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        except OSError as err:  # the GIF could not be written
+            print(f"error: cannot write {err.filename or args.out} ({err.strerror or err}); "
+                  "choose another --out", file=sys.stderr)
+            return 1
         print(path)
     return 0
 

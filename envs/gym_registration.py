@@ -68,6 +68,7 @@ from envs.registration import (
     VERSION,
     _target_name,
     available_bundled_envs,
+    build_core,
     load_env_class,
 )
 
@@ -105,36 +106,17 @@ def gym_env_id(name: str, kind: Literal["Swarm", "Selector"]) -> str:
 
 
 # ------------------------------------------------------------------------------ building
-def build_core(core: str | type[SwarmEnv], env_kwargs: dict[str, Any], *,
-               max_cycles: int | None = None, kind: str = "",
-               wrapper_kwargs: tuple[str, ...] = ()) -> SwarmEnv:
-    """The functional env ``core(**env_kwargs)``; unknown names raise a ``TypeError`` that
-    lists the accepted ones (the constructor's and the wrapper's ``wrapper_kwargs``)."""
-    cls = load_env_class(core)
-    params = inspect.signature(cls).parameters
-    kwargs = dict(env_kwargs)
-    name = f"{cls.__name__}{kind}"
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(kwargs) - set(params))
-        if unknown:
-            accepted = sorted({*params, *wrapper_kwargs, "max_cycles", "render_mode"})
-            raise TypeError(f"{name}: unknown keyword argument(s) {unknown}; "
-                            f"accepted: {accepted}")
-    if max_cycles is not None:
-        if "max_steps" in kwargs and kwargs["max_steps"] != max_cycles:
-            raise ValueError(f"{name}: max_cycles={max_cycles} and max_steps="
-                             f"{kwargs['max_steps']} disagree (max_cycles is another name "
-                             "for max_steps; pass one)")
-        kwargs["max_steps"] = max_cycles
-    return cls(**kwargs)
+def _name(core: str | type[SwarmEnv], kind: str) -> str:
+    """The name of a view in messages, e.g. ``CoverageSwarm``."""
+    return f"{load_env_class(core).__name__}{kind}"
 
 
 def make_swarm_gym(core: str, *, reward: Literal["mean", "team"] = "mean",
                    render_mode: str | None = None, max_cycles: int | None = None,
                    **env_kwargs: Any) -> SwarmGymEnv:
     """Entry point of ``feudal_es/<Name>Swarm-v0``: ``SwarmGymEnv(core(**env_kwargs))``."""
-    env = build_core(core, env_kwargs, max_cycles=max_cycles, kind="Swarm",
-                     wrapper_kwargs=("reward",))
+    env = build_core(core, env_kwargs, max_cycles=max_cycles, name=_name(core, "Swarm"),
+                     extra_kwargs=("reward",))
     return SwarmGymEnv(env, reward=reward, render_mode=render_mode)
 
 
@@ -145,8 +127,8 @@ def make_swarm_vector(core: str, num_envs: int = 1, *,
     """Vector entry point of ``feudal_es/<Name>Swarm-v0`` (``gymnasium.make_vec``):
     ``num_envs`` copies in one :class:`SwarmVectorEnv` (``make_vec`` passes the spec's
     ``max_episode_steps`` unless given)."""
-    env = build_core(core, env_kwargs, max_cycles=max_cycles, kind="Swarm",
-                     wrapper_kwargs=("reward", "max_episode_steps", "num_envs"))
+    env = build_core(core, env_kwargs, max_cycles=max_cycles, name=_name(core, "Swarm"),
+                     extra_kwargs=("reward", "max_episode_steps", "num_envs"))
     return SwarmVectorEnv(env, num_envs, reward=reward, max_episode_steps=max_episode_steps,
                           render_mode=render_mode)
 
@@ -172,8 +154,8 @@ def make_selector_gym(core: str, *, executor: Executor | None = None,
         env_kwargs = {**run_kwargs, **env_kwargs}
     elif deterministic is not None:
         raise ValueError("deterministic= applies to a checkpoint's executor; pass checkpoint=")
-    env = build_core(core, env_kwargs, max_cycles=max_cycles, kind="Selector",
-                     wrapper_kwargs=wrapper)
+    env = build_core(core, env_kwargs, max_cycles=max_cycles, name=_name(core, "Selector"),
+                     extra_kwargs=wrapper)
     if checkpoint is not None:
         _check_executor_fits(executor, num_skills, env, checkpoint)
     return SelectorEnv(env, executor=executor, selector_period=selector_period,

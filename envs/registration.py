@@ -59,6 +59,32 @@ def load_env_class(target: str | type[SwarmEnv]) -> type[SwarmEnv]:
     return target
 
 
+def build_core(target: str | type[SwarmEnv], env_kwargs: dict[str, Any], *,
+               max_cycles: int | None = None, name: str | None = None,
+               extra_kwargs: tuple[str, ...] = ()) -> SwarmEnv:
+    """The functional env ``target(**env_kwargs)`` (``max_cycles``: PettingZoo's name for
+    ``max_steps``). Unknown names raise a ``TypeError`` that lists the accepted ones: the
+    constructor's, ``max_cycles``, ``render_mode`` and the caller's ``extra_kwargs`` (a
+    wrapper's own); ``name`` names the env in the messages (default: the class)."""
+    cls = load_env_class(target)
+    name = name or cls.__name__
+    params = inspect.signature(cls).parameters
+    kwargs = dict(env_kwargs)
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(kwargs) - set(params))
+        if unknown:
+            accepted = sorted({*params, *_ADAPTER_KWARGS, *extra_kwargs})
+            raise TypeError(f"{name}: unknown keyword argument(s) {unknown}; "
+                            f"accepted: {accepted}")
+    if max_cycles is not None:
+        if "max_steps" in kwargs and kwargs["max_steps"] != max_cycles:
+            raise ValueError(f"{name}: max_cycles={max_cycles} and max_steps="
+                             f"{kwargs['max_steps']} disagree (max_cycles is PettingZoo's "
+                             "name for max_steps; pass one)")
+        kwargs["max_steps"] = max_cycles
+    return cls(**kwargs)
+
+
 def make_swarm_env(
     target: str | type[SwarmEnv],
     *,
@@ -68,25 +94,8 @@ def make_swarm_env(
     **kwargs: Any,
 ) -> SwarmParallelEnv:
     """Build the functional env from ``kwargs`` and wrap it in :class:`SwarmParallelEnv`."""
-    cls = load_env_class(target)
-    name = _id or cls.__name__
-    params = inspect.signature(cls).parameters
-    takes_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if not takes_var_kw:
-        unknown = sorted(set(kwargs) - set(params))
-        if unknown:
-            accepted = sorted([*params, *_ADAPTER_KWARGS])
-            raise TypeError(
-                f"{name}: unknown keyword argument(s) {unknown}; accepted: {accepted}"
-            )
-    if max_cycles is not None:
-        if "max_steps" in kwargs and kwargs["max_steps"] != max_cycles:
-            raise ValueError(
-                f"{name}: max_cycles={max_cycles} and max_steps={kwargs['max_steps']} disagree"
-                " (max_cycles is PettingZoo's name for max_steps; pass one)"
-            )
-        kwargs["max_steps"] = max_cycles
-    return SwarmParallelEnv(cls(**kwargs), render_mode=render_mode)
+    core = build_core(target, kwargs, max_cycles=max_cycles, name=_id)
+    return SwarmParallelEnv(core, render_mode=render_mode)
 
 
 class _EntryPoint:
@@ -103,6 +112,11 @@ class _EntryPoint:
     def __call__(self, **kwargs: Any) -> Any:
         env = make_swarm_env(self.target, _id=self.env_id, **kwargs)
         return parallel_to_aec(env) if self.aec else env
+
+    def core(self, *, max_cycles: int | None = None, **kwargs: Any) -> SwarmEnv:
+        """The functional env alone, without the PettingZoo adapter (what the JAX path
+        trains; the adapter builds per-agent views that a large swarm need not pay for)."""
+        return build_core(self.target, kwargs, max_cycles=max_cycles, name=self.env_id)
 
     def __eq__(self, other: object) -> bool:
         return getattr(other, "key", None) == self.key

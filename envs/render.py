@@ -5,18 +5,24 @@ rather than in JAX. Every env's ``render(state)`` builds its picture from
 :func:`draw_swarm`, so all envs share one look and one coordinate convention:
 world coordinates ``[0, world_size]^2``, y pointing up.
 
-:func:`decorate_frames` (applied by :func:`write_gif` when given a title, legend or
-info) adds a header band (title, ``step t / T``, optional per-step values) above each
-frame and a legend band below it, so that a GIF explains itself. Envs declare what
-their marks mean in ``SwarmEnv.render_legend``.
+:func:`decorate_frames` (applied by :func:`encode_gif` and :func:`write_gif` when given a
+title, legend or info) adds a header band (title, ``step t / T``, optional per-step
+values) above each frame and a legend band below it, so that a GIF explains itself. Envs
+declare what their marks mean in ``SwarmEnv.render_legend``. :func:`encode_gif` writes
+into a file object its caller opened (feudal-es: its atomic writer); :func:`write_gif`
+writes a path atomically on its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -250,10 +256,11 @@ def decorate_frames(frames: Sequence[np.ndarray], *, title: str | None = None,
     return out
 
 
-def write_gif(frames: Iterable[np.ndarray] | Sequence[np.ndarray], path: str | Path,
-              fps: int = 10, *, title: str | None = None, legend: Legend | None = None,
-              info: Mapping[str, Sequence[float | str | None]] | None = None) -> Path:
-    """Write ``uint8 [H, W, 3]`` frames to an animated GIF (Pillow), atomically.
+def encode_gif(frames: Iterable[np.ndarray] | Sequence[np.ndarray], file: BinaryIO,
+               fps: int = 10, *, title: str | None = None, legend: Legend | None = None,
+               info: Mapping[str, Sequence[float | str | None]] | None = None) -> None:
+    """Encode ``uint8 [H, W, 3]`` frames as an animated GIF (Pillow) into the binary
+    ``file`` the caller opened (e.g. the temporary file of an atomic writer).
 
     With a ``title``, ``legend`` or ``info``, frames are first decorated by
     :func:`decorate_frames` (title, step counter, per-step values, legend); without,
@@ -264,11 +271,34 @@ def write_gif(frames: Iterable[np.ndarray] | Sequence[np.ndarray], path: str | P
         frames = decorate_frames(frames, title=title, legend=legend, info=info)
     images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
     if not images:
-        raise ValueError("write_gif needs at least one frame")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
+        raise ValueError("encode_gif needs at least one frame")
+    images[0].save(file, format="GIF", save_all=True, append_images=images[1:],
                    duration=max(1, round(1000 / fps)), loop=0)
-    tmp.replace(path)
+
+
+def write_gif(frames: Iterable[np.ndarray] | Sequence[np.ndarray], path: str | Path,
+              fps: int = 10, *, title: str | None = None, legend: Legend | None = None,
+              info: Mapping[str, Sequence[float | str | None]] | None = None) -> Path:
+    """:func:`encode_gif` into ``path``, atomically: the GIF goes to a temporary file of
+    its own beside ``path`` (a unique name, so two writers of one path never share it),
+    then replaces ``path``; on any error the temporary file is removed and ``path`` is
+    left as it was. (feudal-es writes its GIFs through its own atomic writer.)"""
+    frames = list(frames)
+    if not frames:
+        raise ValueError("write_gif needs at least one frame")
+    path, tmp = Path(path), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            encode_gif(frames, f, fps, title=title, legend=legend, info=info)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(e, OSError) and (e.filename is None or e.filename == tmp):
+            e.filename = str(path)  # name the file the caller knows, not the temporary one
+        raise
     return path

@@ -1,5 +1,5 @@
 """Study: JaxMARL's MPE simple_spread on our JAX path — our MAPPO (``configs/mpe.json``,
-the best probe of ``bench/jaxmarl.py``'s listed sweep) at 0.4M env steps over 10 seeds,
+the best probe of ``bench/vs_jaxmarl.py``'s listed sweep) at 0.4M env steps over 10 seeds,
 against JaxMARL's own MAPPO-RNN baseline run on this machine in the same job (through
 ``../shared/anchors/jaxmarl`` when that folder exists).
 
@@ -36,7 +36,7 @@ def base_config() -> dict[str, Any]:
 
 def peer(steps: int) -> dict[str, Any]:
     """JaxMARL MAPPO-RNN at ``steps`` through the anchor (or the README's figure)."""
-    from bench.jaxmarl import ANCHOR, anchor
+    from bench.vs_jaxmarl import ANCHOR, anchor
 
     got = anchor("mappo_rnn", steps)
     if got is None or "error" in got:

@@ -30,6 +30,7 @@ from feudal_es._ckpt_format import (
 )
 from feudal_es._ckpt_reader import _valid_entry
 from feudal_es._ckpt_writer import _document, _write
+from feudal_es.atomic import check_writable
 from feudal_es.leaves import from_storage, logical_dtype, tensor_name, to_storage
 from feudal_es.legacy_npz import StoredNpz
 
@@ -85,13 +86,15 @@ def convert_v1(src: PathLike, dst: PathLike | None = None) -> Path:
     (default: ``src`` with :data:`SUFFIX`), keeping its leaves, metadata and creation
     time. ``src`` is read with the guarded reader described in the module docstring;
     ``dst`` must not exist. Returns ``dst``; raises :class:`CheckpointError` naming the
-    cause when ``src`` cannot be converted."""
+    cause when ``src`` cannot be converted, an ``OSError`` when ``dst`` cannot be
+    written (checked before ``src`` is read)."""
     src = Path(src)
     dst = src.with_suffix(SUFFIX) if dst is None else Path(dst)
     if not src.is_file():
         raise CheckpointError(f"no format-1 file at {src}")
     if dst.exists():
         raise CheckpointError(f"{dst} exists; not overwriting it")
+    check_writable(dst)  # a place that cannot be written: the OSError, before reading
     try:
         header, pairs = _read_v1(src)
         items = [(tensor_name(e["path"]), _v1_storage(e, arr)) for e, arr in pairs]

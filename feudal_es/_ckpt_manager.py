@@ -68,6 +68,17 @@ class CheckpointManager:
         found = self.all()
         return found[-1] if found else None
 
+    def legacy_error(self) -> CheckpointError | None:
+        """For a run that has only format-1 checkpoints of an older feudal-es: the error
+        that names them and the ``feudal-es convert`` command; else None."""
+        legacy = self.legacy()
+        if self.all() or not legacy:
+            return None
+        return CheckpointError(
+            f"no format-{FORMAT_VERSION} checkpoint in {self.run_dir}, only format-1 ones of "
+            f"an older feudal-es ({', '.join(p.name for p in legacy)}); "
+            f"{_convert_hint(legacy[-1], 'the newest')}")
+
     def save(self, step: int, tree: Any, metadata: Mapping[str, Any] | None = None) -> Path:
         """Save ``tree`` as the checkpoint of ``step`` (added to the metadata as
         ``"step"``), then prune to the newest ``keep``. Returns its path."""
@@ -88,12 +99,9 @@ class CheckpointManager:
         skipped."""
         found = self.all()
         if not found:
-            legacy = self.legacy()
-            if legacy:
-                raise CheckpointError(
-                    f"no format-{FORMAT_VERSION} checkpoint in {self.run_dir}, only format-1 "
-                    f"ones of an older feudal-es ({', '.join(p.name for p in legacy)}); "
-                    f"{_convert_hint(legacy[-1], 'the newest')}")
+            legacy = self.legacy_error()
+            if legacy is not None:
+                raise legacy
             raise CheckpointError(f"no checkpoint in {self.run_dir} (no ckpt_*{SUFFIX} files)")
         try:
             return load(found[-1], template, expect, renamed)

@@ -11,17 +11,17 @@ Subcommands:
 
 Every command takes ``--import MODULE`` (repeatable): the module is imported before env
 ids are resolved, so envs it registers with ``pettingzoo.register`` can be named.
+
+A mistake (in the command line, the config, a file, the env) is one line on stderr,
+``feudal-es <command>: error: <cause>``, exit status 2 (FEUDAL_ES_TRACEBACK=1 adds the
+traceback, e.g. to debug an env); a bug in feudal-es shows its traceback (exit status 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
-import importlib
 import json
-import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -32,31 +32,6 @@ from typing import Any
 # ---------------------------------------------------------------------------------------
 # shared helpers
 # ---------------------------------------------------------------------------------------
-def _enable_compile_cache() -> None:
-    """Persist XLA compilations across runs (compile time dominates on CPU). Uses
-    ``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/feudal-es/jax``; set
-    ``FEUDAL_ES_COMPILE_CACHE=0`` to disable."""
-    if os.environ.get("FEUDAL_ES_COMPILE_CACHE", "1") == "0":
-        return
-    import jax
-
-    path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "feudal-es" / "jax")
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", path)
-    except OSError:
-        pass  # read-only home etc.: just compile
-
-
-def _import_modules(names: Sequence[str] | None) -> None:
-    for name in names or ():
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise ValueError(f"--import {name}: {e}") from None
-
-
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "nan" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
@@ -67,19 +42,17 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 def _train_config(args: argparse.Namespace, base: Any = None):
     from feudal_es.config import TrainerConfig, parse_assignment
 
-    cfg = TrainerConfig.load(args.config) if args.config else base or TrainerConfig()
+    given = lambda name: getattr(args, name, None) is not None  # "" or 0 is given, too
+    cfg = TrainerConfig.load(args.config) if given("config") else base or TrainerConfig()
     sets: dict[str, Any] = {}
-    if getattr(args, "env", None):
+    if given("env"):
         sets["env"] = args.env
-    if getattr(args, "mode", None):
-        sets["mode"] = args.mode
-    if getattr(args, "n_outer", None) is not None:
-        sets["n_outer"] = args.n_outer
-    if getattr(args, "seed", None) is not None:
-        sets["seed"] = args.seed
-    if getattr(args, "seeds", None):
+    for name in ("mode", "n_outer", "seed"):
+        if given(name):
+            sets[name] = getattr(args, name)
+    if given("seeds"):
         sets["seeds"] = list(args.seeds)
-    if getattr(args, "num_seeds", None):
+    if given("num_seeds"):
         if args.seeds:
             raise ValueError("--seeds and --num-seeds: give one of them")
         first = sets.get("seed", cfg.seed)
@@ -107,21 +80,21 @@ def _run_training(trainer, progress: bool) -> int:
         import signal
 
         signum = getattr(e, "signum", signal.SIGINT)
+        from feudal_es.write_errors import next_step
+
         how = ("finished the round in progress and checkpointed"
                if getattr(e, "graceful", False) else "interrupted; completed rounds are saved")
-        print(f"\nfeudal-es: {how}: {trainer.round} rounds done; continue with: feudal-es "
-              f"train --resume {trainer.run_dir}", file=sys.stderr)
+        argv = sys.argv[1:] if sys.argv[1:2] in (["train"], ["demo"]) else None
+        print(f"\nfeudal-es: {how}: {trainer.round} rounds done; "
+              f"{next_step(trainer.run_dir, argv)}", file=sys.stderr)
         return 128 + int(signum)
     except OSError as e:
         if not _is_write_failure(e, trainer.run_dir):
             raise
-        from feudal_es.checkpoint import CheckpointManager
+        from feudal_es.write_errors import run_failure
 
-        latest = CheckpointManager(trainer.run_dir).latest()
-        kept = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written"
-        print(f"feudal-es: cannot write the run directory ({e.strerror or e}: "
-              f"{e.filename or trainer.run_dir}); {kept}; free space, then continue with: "
-              f"feudal-es train --resume {trainer.run_dir}", file=sys.stderr)
+        argv = sys.argv[1:] if sys.argv[1:2] in (["train"], ["demo"]) else None
+        print(f"feudal-es: {run_failure(e, trainer.run_dir, argv)}", file=sys.stderr)
         return 1
     if trainer.many:
         print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds of "
@@ -164,16 +137,18 @@ def _summary(history: list[dict], best: float) -> str:
 
 def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
     """A full / read-only / failing disk, or any OS error on a file of the run directory
-    (as opposed to an error raised inside a user's env)."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
-        return True
-    name = err.filename
-    return bool(name and run_dir and Path(os.fspath(name)).resolve().is_relative_to(
-        Path(run_dir).resolve()))
+    (as opposed to an error raised inside a user's env): see
+    :func:`feudal_es.write_errors.is_run_write_failure`."""
+    from feudal_es.write_errors import is_run_write_failure
+
+    return is_run_write_failure(err, run_dir)
 
 
 def _train(args: argparse.Namespace) -> int:
+    import contextlib
+
     from feudal_es.rundir import check_new_run_dir
+    from feudal_es.runlock import RunLock
     from feudal_es.trainer import ESTrainer
 
     if args.resume:
@@ -182,18 +157,32 @@ def _train(args: argparse.Namespace) -> int:
                              "(and --env repeating the run's env) may be given with it")
         if not Path(args.resume).is_dir():
             raise ValueError(f"cannot resume {args.resume}: no such directory")
-        trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer, env=args.env)
-        if trainer.round >= trainer.config.n_outer:
-            print(f"feudal-es: nothing to do: {args.resume} has completed {trainer.round} "
-                  f"of its {trainer.config.n_outer} rounds; pass --n-outer N with N > "
-                  f"{trainer.round} to extend it")
-            return 0
     else:
         config = _train_config(args)
         if args.out:  # before any banner or compilation
             check_new_run_dir(args.out)
-        trainer = ESTrainer(config, args.out)
-    return _run_training(trainer, progress=not args.no_progress)
+    run_dir = args.resume or args.out  # locked before anything is written into it
+    advice = ("wait for it to end, then resume it" if args.resume
+              else "wait for it to end or choose another --out")
+    try:
+        with RunLock(run_dir, advice) if run_dir else contextlib.nullcontext():
+            if not args.resume:
+                return _run_training(ESTrainer(config, args.out), not args.no_progress)
+            trainer = ESTrainer.resume(args.resume, n_outer=args.n_outer, env=args.env)
+            if trainer.round >= trainer.config.n_outer:
+                print(f"feudal-es: nothing to do: {args.resume} has completed "
+                      f"{trainer.round} of its {trainer.config.n_outer} rounds; pass "
+                      f"--n-outer N with N > {trainer.round} to extend it")
+                return 0
+            return _run_training(trainer, progress=not args.no_progress)
+    except OSError as e:  # the lock or the resume's rewrite of the run directory
+        if not (run_dir and _is_write_failure(e, Path(run_dir))):
+            raise
+        from feudal_es.write_errors import run_failure
+
+        argv = sys.argv[1:] if sys.argv[1:2] == ["train"] else None
+        print(f"feudal-es: {run_failure(e, run_dir, argv)}", file=sys.stderr)
+        return 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -278,15 +267,24 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
+    from feudal_es.atomic import check_writable
     from feudal_es.checkpoint import load_selector
     from feudal_es.evaluate import check_selector_file, load_trainer
+    from feudal_es.write_errors import output_failure
 
+    try:
+        check_writable(args.out)  # before any work
+    except OSError as e:
+        raise ValueError(output_failure(e, args.out)) from None
     trainer, _ = load_trainer(args.run, env=args.env)
     theta = None
     if args.selector:
         theta, meta = load_selector(args.selector, expected_size=trainer.theta_size)
         check_selector_file(args.selector, meta, trainer, args.force)
-    out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
+    try:
+        out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
+    except OSError as e:
+        raise ValueError(output_failure(e, args.out)) from None
     if out is None:
         return 1
     print(f"episode GIF: {out}")
@@ -309,8 +307,13 @@ def _pretrain(args: argparse.Namespace) -> int:
                          f"({', '.join(names) or 'none'}) or give its index")
     pcfg = PretrainConfig(expert=args.expert, option=option, rounds=args.rounds,
                           episodes=args.episodes, steps_per_round=args.steps, seed=cfg.seed)
-    out, rows, losses = pretrain(cfg, pcfg, args.out, args.eval_episodes, args.eval_seed,
-                                 log=lambda msg: print(msg, flush=True))
+    try:
+        out, rows, losses = pretrain(cfg, pcfg, args.out, args.eval_episodes,
+                                     args.eval_seed, log=lambda msg: print(msg, flush=True))
+    except OSError as e:  # the output cannot be written (refused before any work)
+        from feudal_es.write_errors import output_failure
+
+        raise ValueError(output_failure(e, args.out or e.filename)) from None
     print(f"loss {losses[0]:.4g} -> {losses[-1]:.4g}; on {args.eval_episodes} held-out "
           f"episodes (seed {args.eval_seed}):")
     for who, row in rows.items():
@@ -321,8 +324,14 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from feudal_es.checkpoint import convert_v1
+    from feudal_es.write_errors import output_failure
 
-    out = convert_v1(args.src, args.dst)
+    try:
+        out = convert_v1(args.src, args.dst)
+    except OSError as e:
+        if e.filename is not None and Path(str(e.filename)) == Path(args.src):
+            raise  # reading the source failed
+        raise ValueError(output_failure(e, args.dst or e.filename, "DST")) from None
     print(f"converted {args.src} -> {out}")
     return 0
 
@@ -331,43 +340,44 @@ def _convert(args: argparse.Namespace) -> int:
 # parser
 # ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from feudal_es.cli_args import Parser, at_least, seed, text
     from feudal_es.modes import MODES
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--import", dest="imports", action="append", metavar="MODULE",
-                        help="import MODULE first (repeatable), e.g. one that registers "
-                             "envs with pettingzoo.register")
-    parser = argparse.ArgumentParser(prog="feudal-es", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+                        type=text, help="import MODULE first (repeatable), e.g. one that "
+                                        "registers envs with pettingzoo.register")
+    parser = Parser(prog="feudal-es", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def training_args(p: argparse.ArgumentParser, env_default: str | None) -> None:
-        p.add_argument("--env", default=env_default,
+        p.add_argument("--env", default=env_default, type=text,
                        help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`); "
                             "with --resume, the run's own env (to trust a 'module:attr')")
         p.add_argument("--mode", choices=list(MODES),
                        help="; ".join(f"{m.name}: {m.summary}" for m in MODES.values()))
         p.add_argument("--n-outer", type=int, help="outer MERL rounds")
-        p.add_argument("--seed", type=int)
-        p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+        p.add_argument("--seed", type=seed, help="0 .. 2**32 - 1")
+        p.add_argument("--seeds", type=seed, nargs="+", metavar="SEED",
                        help="train these seeds in one program (vmapped, split over the CPU "
                             "devices), each in RUN_DIR/seed_<s>/")
-        p.add_argument("--num-seeds", type=int, metavar="N",
+        p.add_argument("--num-seeds", type=at_least(1), metavar="N",
                        help="train seeds SEED .. SEED+N-1 in one program (see --seeds)")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a config entry (repeatable), e.g. es.sigma=0.1, "
                             "env_kwargs.num_agents=4, actor.embed_dim=32")
-        p.add_argument("--out", help="run directory (default runs/<env>-<mode>-<time>)")
+        p.add_argument("--out", type=text, help="run directory (default runs/<env>-<mode>-<time>)")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     train = sub.add_parser("train", parents=[common], help="train a feudal swarm",
                            description="MERL training: MAPPO on the executor, ES on the "
                                        "selector, interleaved each outer round.")
     training_args(train, None)
-    train.add_argument("--config", help="TrainerConfig as a JSON file (fields of "
+    train.add_argument("--config", type=text, help="TrainerConfig as a JSON file (fields of "
                                         "feudal_es.trainer.TrainerConfig)")
-    train.add_argument("--resume", metavar="RUN_DIR",
+    train.add_argument("--resume", metavar="RUN_DIR", type=text,
                        help="continue a run from its newest checkpoint")
     train.set_defaults(func=_train)
 
@@ -375,15 +385,16 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Evaluate selectors with a run's executor on identical "
                                     "episodes: mean ± std and 95% CI of team fitness, plus "
                                     "the env's metrics at the end of each episode.")
-    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT")
-    ev.add_argument("--selector", nargs="+", action="extend", metavar="PATH",
+    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text)
+    ev.add_argument("--selector", nargs="+", action="extend", metavar="PATH", type=text,
                     help="selector files (default: the run's best_selector.npz and the "
                          "checkpoint's current selector)")
-    ev.add_argument("--env", help="evaluate on this env id (another env of the same shapes, "
-                                  "or the run's own 'module:attr' env, which a run "
-                                  "directory alone never imports)")
-    ev.add_argument("--episodes", type=int, help="episodes (default max(16, config))")
-    ev.add_argument("--seed", type=int, default=12345, help="seed of the episodes")
+    ev.add_argument("--env", type=text,
+                    help="evaluate on this env id (another env of the same shapes, or the "
+                         "run's own 'module:attr' env, which a run directory alone never "
+                         "imports)")
+    ev.add_argument("--episodes", type=at_least(2), help="episodes (default max(16, config))")
+    ev.add_argument("--seed", type=seed, default=12345, help="seed of the episodes")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ev.add_argument("--force", action="store_true",
                     help="evaluate selector files of another env or actor (a warning)")
@@ -396,12 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     rd = sub.add_parser("render", parents=[common], help="episode GIF of a run",
                         description="Write a deterministic episode of a run's actor as a GIF.")
-    rd.add_argument("run", metavar="RUN_OR_CHECKPOINT")
-    rd.add_argument("--out", required=True, help="GIF path")
-    rd.add_argument("--selector", metavar="PATH", help="use this selector file")
-    rd.add_argument("--env", help="render on this env id (e.g. the run's own 'module:attr' "
-                                  "env, which a run directory alone never imports)")
-    rd.add_argument("--seed", type=int, default=0, help="seed of the episode")
+    rd.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text)
+    rd.add_argument("--out", required=True, type=text, help="GIF path")
+    rd.add_argument("--selector", metavar="PATH", type=text, help="use this selector file")
+    rd.add_argument("--env", type=text,
+                    help="render on this env id (e.g. the run's own 'module:attr' env, which "
+                         "a run directory alone never imports)")
+    rd.add_argument("--seed", type=seed, default=0, help="seed of the episode")
     rd.add_argument("--force", action="store_true",
                     help="use a selector file of another env or actor (a warning)")
     rd.set_defaults(func=_render)
@@ -420,80 +432,55 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Coverage), holding one option; writes a pretrained actor "
                                     "that a run starts from with --set init_from=PATH.")
     training_args(pt, "feudal_es/Coverage-v0")
-    pt.add_argument("--config", help="TrainerConfig JSON (env, env_kwargs, actor sizes)")
-    pt.add_argument("--expert", default="reference",
+    pt.add_argument("--config", type=text,
+                    help="TrainerConfig JSON (env, env_kwargs, actor sizes)")
+    pt.add_argument("--expert", default="reference", type=text,
                     help="reference policy name (envs.gif.POLICIES; Coverage: "
                          "lloyd_clairvoyant, lloyd, random)")
-    pt.add_argument("--option", default="0", help="option held while imitating (name or "
-                                                 "index, e.g. cover)")
-    pt.add_argument("--rounds", type=int, default=3, help="1 = behaviour cloning only")
-    pt.add_argument("--episodes", type=int, default=32, help="episodes per data round")
-    pt.add_argument("--steps", type=int, default=300, help="gradient steps per round")
-    pt.add_argument("--eval-episodes", type=int, default=16)
-    pt.add_argument("--eval-seed", type=int, default=4242)
+    pt.add_argument("--option", default="0", type=text,
+                    help="option held while imitating (name or index, e.g. cover)")
+    pt.add_argument("--rounds", type=at_least(1), default=3, help="1 = behaviour cloning only")
+    pt.add_argument("--episodes", type=at_least(1), default=32, help="episodes per data round")
+    pt.add_argument("--steps", type=at_least(1), default=300, help="gradient steps per round")
+    pt.add_argument("--eval-episodes", type=at_least(2), default=16)
+    pt.add_argument("--eval-seed", type=seed, default=4242)
     pt.set_defaults(func=_pretrain)
     cv = sub.add_parser("convert", help="rewrite an older (.npz) checkpoint as .safetensors",
                         description="Rewrite a format-1 .npz checkpoint or selector file of an "
                                     "older feudal-es in the current format (read with a "
                                     "guarded reader: stored members only, sizes checked "
                                     "first, no pickle).")
-    cv.add_argument("src", help="the format-1 .npz file")
-    cv.add_argument("dst", nargs="?", help="where to write (default: SRC as .safetensors)")
+    cv.add_argument("src", type=text, help="the format-1 .npz file")
+    cv.add_argument("dst", nargs="?", type=text,
+                    help="where to write (default: SRC as .safetensors)")
     cv.set_defaults(func=_convert)
     return parser
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record is emitted."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
-
-
-def _log_to_stderr() -> None:
-    """Library warnings (skipped updates, failed env episodes, signals) on stderr, once."""
-    logger = logging.getLogger("feudal_es")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("feudal-es: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-
-
-def _cwd_importable() -> None:
-    """``--import my_envs`` and ``--env my_envs:MyEnv`` find modules in the working
-    directory, as under ``python -m``. Appended, so a file there never shadows an installed
-    package; only modules the user names on the command line are imported."""
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from feudal_es.devices import use_cpu_cores
-
-    use_cpu_cores()  # before JAX runs anything: one CPU device per core
-    args = build_parser().parse_args(argv)
-    _cwd_importable()
-    from feudal_es.api import register
-    from feudal_es.checkpoint import CheckpointError
-
-    _log_to_stderr()
+    """Run one command; every exception that ends it is reported by
+    :func:`feudal_es.errors.report`: the user's in one line (exit 2), a bug in feudal-es
+    with its traceback (exit 1), Ctrl-C outside training in one line (exit 130; the
+    program itself, ``argv`` None, then ends at once: :func:`feudal_es.errors.exit_now`)."""
+    command = None
     try:
-        register()
-        _enable_compile_cache()
-        _import_modules(getattr(args, "imports", None))
+        from feudal_es.devices import use_cpu_cores
+        from feudal_es.startup import prepare
+
+        use_cpu_cores()  # before JAX runs anything: one CPU device per core
+        args = build_parser().parse_args(argv)
+        command = args.command
+        prepare(getattr(args, "imports", None))
         return args.func(args)
-    except (ValueError, TypeError, CheckpointError, FloatingPointError, TimeoutError,
-            FileNotFoundError) as err:
-        # configuration / input errors: say which, no traceback
-        print(f"feudal-es {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except SystemExit:
+        raise
+    except BaseException as err:
+        from feudal_es.errors import exit_now, report
+
+        status = report(err, command)
+        if isinstance(err, KeyboardInterrupt) and argv is None:
+            exit_now(status)
+        return status
 
 
 if __name__ == "__main__":

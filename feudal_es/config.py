@@ -30,8 +30,10 @@ __all__ = [
     "COMPACT_ACTOR",
     "MODES",
     "NESTED_CONFIGS",
+    "SEED_MAX",
     "VEC_ACTOR",
     "TrainerConfig",
+    "check_seed",
     "demo_config",
     "parse_assignment",
 ]
@@ -40,6 +42,9 @@ MODES = tuple(_MODES)  # what TrainerConfig.mode may name (feudal_es.modes says 
 BACKENDS = ("serial", "ray")
 NESTED_CONFIGS: dict[str, type] = {"es": ESConfig, "mappo": MAPPOConfig, "actor": ActorConfig,
                                    "critic": CriticConfig}
+# the largest seed: jax.random.key keeps the low 32 bits of a seed (without jax_enable_x64),
+# so 2**32 would give seed 0's key, and 2**63 or more does not convert at all
+SEED_MAX = 2**32 - 1
 # settings that moved to their owner: old dotted path -> new one (older config files,
 # checkpoints and --set spellings still read)
 MOVED = {"mappo.selector_period": "actor.selector_period"}
@@ -56,6 +61,17 @@ COMPACT_ACTOR = ActorConfig(cnn_channels=(8,), cnn_strides=(2,), cnn_out=16, vec
 # the compact CNN actor, so MAPPO trains at the speed of the JaxMARL baselines
 VEC_ACTOR = ActorConfig(vec_hidden=(), vec_out=64, gnn_layers=0, embed_hidden=(), embed_dim=64,
                         executor_hidden=(64,), activation="relu")
+
+
+def check_seed(name: str, value: Any) -> int:
+    """``value`` as a seed: an int in ``[0, SEED_MAX]``, so that each seed has its own
+    ``jax.random.key`` (``ValueError`` / ``TypeError`` naming ``name`` and the range)."""
+    value = check_int(name, value, 0)
+    if value > SEED_MAX:
+        raise ValueError(f"{name} must be <= {SEED_MAX} (2**32 - 1: jax.random.key keeps 32 "
+                         f"bits of a seed, so a larger one repeats a smaller one's key), got "
+                         f"{value}")
+    return value
 
 
 def _move_settings(owner: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +168,11 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         c = type(self).__name__
-        if not isinstance(self.env, str) or not self.env:
-            raise TypeError(f"{c}.env must be a non-empty string, got {self.env!r}")
+        if not isinstance(self.env, str):
+            raise TypeError(f"{c}.env must be a string, got {self.env!r}")
+        if not self.env.strip():
+            raise ValueError(f"{c}.env must name an env (a registry id or 'module:attr'; see "
+                             f"`feudal-es envs`), got {self.env!r}")
         if not isinstance(self.init_from, str):
             raise TypeError(f"{c}.init_from must be a path string, got {self.init_from!r}")
         if not isinstance(self.env_kwargs, Mapping):
@@ -166,7 +185,7 @@ class TrainerConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"{c}.backend must be one of {BACKENDS}, got {self.backend!r}")
         for name, low in (("n_outer", 1), ("grad_steps_per_outer", 1), ("episodes", 1),
-                          ("seed", 0), ("num_skills", 1), ("checkpoint_every", 1),
+                          ("num_skills", 1), ("checkpoint_every", 1),
                           ("keep_checkpoints", 1), ("plot_every", 1),
                           ("max_episode_steps", 1), ("population_devices", 0),
                           ("population_chunk", 0), ("ray_workers", 0)):
@@ -179,7 +198,11 @@ class TrainerConfig:
             raise TypeError(f"{c}.imports must be a list of module names, got {imports!r}")
         object.__setattr__(self, "imports", imports)
         seeds = tuple(self.seeds) if isinstance(self.seeds, list) else self.seeds
-        object.__setattr__(self, "seeds", check_ints(f"{c}.seeds", seeds, 0))
+        check_seed(f"{c}.seed", self.seed)
+        if not isinstance(seeds, tuple):
+            check_ints(f"{c}.seeds", seeds)  # the TypeError naming what it is
+        object.__setattr__(self, "seeds", tuple(check_seed(f"{c}.seeds[{i}]", s)
+                                                for i, s in enumerate(seeds)))
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"{c}.seeds must be distinct, got {list(self.seeds)}")
         nested = _move_settings(c, {name: getattr(self, name) for name in NESTED_CONFIGS})
@@ -211,11 +234,20 @@ class TrainerConfig:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> TrainerConfig:
-        """Read a JSON config file (the user's own input, like a script)."""
+        """Read a JSON config file (the user's own input, like a script); one that cannot
+        be read is a ``ValueError`` naming the file and why."""
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_text(encoding="utf-8-sig"))  # BOM or not
         except FileNotFoundError:
             raise ValueError(f"config file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"config file {path} is a directory, not a JSON file") from None
+        except OSError as e:
+            raise ValueError(f"cannot read config file {path}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"config file {path} is not UTF-8 text (byte "
+                             f"0x{e.object[e.start]:02x} at offset {e.start}); save it as "
+                             "UTF-8 JSON") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"config file {path} is not valid JSON: {e}") from None
         return cls.from_dict(data)

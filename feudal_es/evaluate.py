@@ -19,8 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from feudal_es.checkpoint import SUFFIX, CheckpointManager, load_selector
-from feudal_es.config import TrainerConfig
+from envs.validate import check_int
+from feudal_es.checkpoint import (
+    SUFFIX,
+    CheckpointManager,
+    load_selector,
+)
+from feudal_es.config import TrainerConfig, check_seed
 from feudal_es.rundir import seed_dirs
 from feudal_es.stats import t_critical
 from feudal_es.trainer import ESTrainer
@@ -35,7 +40,10 @@ def load_trainer(path: str | os.PathLike, env: str | None = None) -> tuple[ESTra
     checkpoint file, and that checkpoint's path."""
     p = Path(path)
     if p.is_dir():
-        latest = CheckpointManager(p).latest()
+        manager = CheckpointManager(p)
+        latest, legacy = manager.latest(), manager.legacy_error()
+        if legacy is not None:  # a run of an older feudal-es: say how to convert it
+            raise legacy
         seeds = seed_dirs(p)
         if latest is None and seeds:
             raise ValueError(f"{p} is a run of {len(seeds)} seeds; name one of its seed "
@@ -76,10 +84,15 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
                       force: bool = False) -> dict[str, Any]:
     """Every selector (files; default: the run's best selector and the checkpoint's
     current one) with ``trainer``'s executor on the ``episodes`` episodes of
-    ``split(key(seed), episodes)`` (default ``max(16, config.episodes)``). Returns
-    ``{"env", "checkpoint", "seed", "episodes", "selectors": [row, ...], "metrics":
-    [name, ...]}``, a row per selector: ``selector``, ``fitness_mean``, ``fitness_std``,
-    ``ci95`` and each env metric's mean."""
+    ``split(key(seed), episodes)`` (``None``: ``max(16, config.episodes)``; 0 is refused,
+    not read as "not given": a standard deviation needs two). Returns ``{"env",
+    "checkpoint", "seed", "episodes", "selectors": [row, ...], "metrics": [name, ...]}``,
+    a row per selector: ``selector``, ``fitness_mean``, ``fitness_std``, ``ci95`` and each
+    env metric's mean."""
+    if episodes is None:
+        episodes = max(trainer.config.episodes, 16)
+    episodes = check_int("episodes", episodes, 2)
+    check_seed("seed", seed)
     size = trainer.theta_size
     names, thetas = [], []
     for path in selectors or ():
@@ -94,9 +107,6 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
             thetas.append(load_selector(best, expected_size=size)[0])
         names.append(f"{checkpoint} (current selector)")
         thetas.append(trainer.theta_of(trainer.ts.actor))
-    episodes = episodes or max(trainer.config.episodes, 16)
-    if episodes < 2:
-        raise ValueError("--episodes must be >= 2 (a standard deviation needs two)")
     returns, metrics = trainer.rollout_stats(jnp.stack(thetas), jax.random.key(seed),
                                              episodes=episodes)
     rows = []

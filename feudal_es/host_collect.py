@@ -6,7 +6,9 @@ to ``possible_agents`` with an ``alive`` mask, as in MAPPO's death masking), sen
 device once, and one jitted call returns every copy's actions. The result is the same
 :class:`feudal_es.mappo.Batch` the pure-JAX path builds, so :func:`feudal_es.mappo.update`
 trains on it unchanged. Env outputs are checked and env calls bounded in time by
-:mod:`feudal_es.pettingzoo_host`.
+:mod:`feudal_es.pettingzoo_host`; an episode that reaches ``max_episode_steps`` is cut
+(a truncation: the copy is reset) and that, like a non-finite env output, is reported
+once through :class:`~feudal_es.pettingzoo_host.EnvNotices`.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from feudal_es.mappo import (
     update_fused,
 )
 from feudal_es.pettingzoo_host import (
+    EnvNotices,
     HostEnvSpec,
     adjacency,
     check_reset,
     check_step,
     deadline,
     env_actions,
+    env_name,
     stack_agents,
     team_reward,
 )
@@ -86,13 +90,19 @@ class HostCollector:
       deterministic: take the executor's mode instead of sampling (evaluation, tests).
       step_timeout: seconds one ``reset``/``step`` call may take (0 = no limit); over it
         :class:`EnvTimeout` is raised (see :func:`deadline`).
+      max_episode_steps: an episode still running after this many steps is cut there:
+        treated as a truncation (``done``) and the copy reset (0 = no limit); the first
+        cut is reported through ``notices``.
+      notices: where non-finite env outputs and cut episodes are reported, once each (the
+        run's, shared with its evaluator; default: the collector's own).
 
     Every ``reset``/``step`` result is checked (:func:`check_reset`, :func:`check_step`):
     a malformed one raises :class:`EnvOutputError` naming the agent and the problem.
     """
 
     def __init__(self, envs: Sequence[Any], spec: HostEnvSpec, cfg: MAPPOConfig, seed: int = 0,
-                 deterministic: bool = False, step_timeout: float = 0.0):
+                 deterministic: bool = False, step_timeout: float = 0.0,
+                 max_episode_steps: int = 0, notices: EnvNotices | None = None):
         if len(envs) != cfg.num_envs:
             raise ValueError(f"got {len(envs)} env copies but MAPPOConfig.num_envs is "
                              f"{cfg.num_envs}")
@@ -103,12 +113,15 @@ class HostCollector:
         self._episodes_started = 0
         self._obs: list[dict] = []
         self._ep_t = np.zeros(len(envs), np.int32)
+        self._ep_seed = np.zeros(len(envs), np.int64)  # each copy's episode's reset seed
         self._ep_return = np.zeros(len(envs), np.float64)
         self._ep_team = np.zeros(len(envs), np.float64)
         self._option: Any = None
         self._policy = policy(deterministic, cfg.option_exploration)
         self._bootstrap = policy(deterministic)
         self.step_timeout = float(step_timeout)
+        self.max_episode_steps = int(max_episode_steps)
+        self.notices = notices if notices is not None else EnvNotices()
         for i in range(len(envs)):
             self._obs.append(self._reset(i))
 
@@ -119,6 +132,9 @@ class HostCollector:
                       f"{self.step_timeout:g} s (time limit)"):
             out = env.reset(seed=self._seed + self._episodes_started)
         obs = check_reset(env, out, self.spec)
+        self._ep_seed[i] = self._seed + self._episodes_started
+        self.notices.check(env_name(env), 0, int(self._ep_seed[i]), "MAPPO collection",
+                           obs)
         self._episodes_started += 1
         self._ep_t[i] = 0
         self._ep_return[i] = 0.0
@@ -191,7 +207,13 @@ class HostCollector:
                 self._ep_return[i] += mean_reward
                 self._ep_team[i] += team_r
                 self._ep_t[i] += 1
-                if not env.agents:  # episode over: every agent terminated or truncated
+                self.notices.check(env_name(env), int(self._ep_t[i]), int(self._ep_seed[i]),
+                                   "MAPPO collection", obs_i, rew, infos)
+                cut = bool(env.agents) and 0 < self.max_episode_steps <= self._ep_t[i]
+                if cut:
+                    self.notices.time_limit(env_name(env), self.max_episode_steps,
+                                            "a MAPPO collection")
+                if cut or not env.agents:  # over: every agent ended, or the time limit
                     done[i, :] = 1.0
                     finished_return.append(self._ep_return[i])
                     finished_team.append(self._ep_team[i])

@@ -3,6 +3,11 @@ population on any PettingZoo ``ParallelEnv``, with the collector's jitted policy
 (:func:`feudal_es.host_collect.policy`) and the conversions of
 :mod:`feudal_es.pettingzoo_host`, failing only the member whose env misbehaves (raises,
 returns a malformed output, or runs past its time budget).
+
+Episodes stream through one env instance (each is reset with its own seed), so memory
+does not grow with the number of episodes; an episode that reaches ``max_steps`` without
+ending is cut there, and that (like a non-finite env output) is reported once through
+:class:`~feudal_es.pettingzoo_host.EnvNotices`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 
 from feudal_es.host_collect import policy
 from feudal_es.pettingzoo_host import (
+    EnvNotices,
     EnvTimeout,
     HostEnvSpec,
     adjacency,
@@ -26,30 +32,38 @@ from feudal_es.pettingzoo_host import (
     check_step,
     deadline,
     env_actions,
+    env_name,
     stack_agents,
     team_reward,
 )
 
 
 class HostEvaluator:
-    """Team fitness on any PettingZoo ParallelEnv: a loop reusing ``episodes`` instances.
+    """Team fitness on any PettingZoo ParallelEnv: one env instance, reused.
 
     Episode ``e`` of every member is reset with ``seed + e`` and plays with key
-    ``fold_in(key, e)`` (common random numbers). Fault isolation: an exception in a
-    member's episode (the env raising, a malformed ``reset``/``step`` output, the episode
-    running past ``timeout`` seconds) fails that member only: its returns are NaN (ES
-    ranks it last), the failure is recorded in ``failures`` and the env instance is
-    replaced by a fresh one.
+    ``fold_in(key, e)`` (common random numbers); ``episodes`` is the default count. The
+    episodes stream through one instance (built on first use), so ``P x E`` episodes
+    hold one env, not ``E``: the results equal fresh instances' for an env whose
+    ``reset(seed=...)`` fully re-seeds it. An episode is cut after ``max_steps`` steps.
+    Fault isolation: an exception in a member's episode (the env raising, a malformed
+    ``reset``/``step`` output, the episode running past ``timeout`` seconds) fails that
+    member only: its returns are NaN (ES ranks it last), the failure is recorded in
+    ``failures`` and the env instance is replaced by a fresh one. ``notices`` (shared
+    with the run's collector, or the evaluator's own) reports, once, an episode cut at
+    ``max_steps`` and a non-finite env output.
     """
 
     def __init__(self, make: Callable[..., Any], spec: HostEnvSpec, episodes: int,
                  deterministic: bool, max_steps: int, timeout: float = 0.0,
-                 params: str = "selector"):
+                 params: str = "selector", notices: EnvNotices | None = None):
         self.make, self.params = make, params
-        self.envs = [make() for _ in range(episodes)]
+        self.episodes = int(episodes)
+        self.env: Any = None  # the one instance episodes stream through (built lazily)
         self.spec = spec
         self.max_steps = max_steps
         self.timeout = float(timeout)
+        self.notices = notices if notices is not None else EnvNotices()
         self.failures: list[dict[str, Any]] = []  # of the last returns() call
         self._policy = policy(bool(deterministic))
 
@@ -75,6 +89,8 @@ class HostEvaluator:
                 used += time.monotonic() - t0
 
         obs = check_reset(env, call(env.reset, seed=seed), spec)
+        notices = self.notices
+        notices.check(env_name(env), 0, seed, "evaluation", obs)
         option = jax.tree.map(lambda x: x[None], actor.initial_option(spec.num_agents))
         graph = getattr(env, "comm_graph", None)
         total, t = 0.0, 0
@@ -92,6 +108,9 @@ class HostEvaluator:
             obs, rew, _, _, infos = check_step(env, acts, call(env.step, acts), spec, live)
             total += team_reward(infos, rew)
             t += 1
+            notices.check(env_name(env), t, seed, "evaluation", obs, rew, infos)
+        if env.agents:
+            notices.time_limit(env_name(env), self.max_steps, "an evaluation")
         return total
 
     def returns(self, actor: Any, thetas: np.ndarray, seed: int, key: jax.Array,
@@ -100,16 +119,16 @@ class HostEvaluator:
         the whole actor: ``params``); a failed member's row is NaN (see ``failures``)."""
         from feudal_es.theta import set_es_theta
 
-        count = len(self.envs) if episodes is None else int(episodes)
-        while len(self.envs) < count:
-            self.envs.append(self.make())
+        count = self.episodes if episodes is None else int(episodes)
         out = np.zeros((len(thetas), count), np.float64)
         self.failures = []
         for p, theta in enumerate(thetas):
             a = set_es_theta(actor, jnp.asarray(theta), self.params)
             for e in range(count):
                 try:
-                    out[p, e] = self.episode(a, self.envs[e], seed + e,
+                    if self.env is None:
+                        self.env = self.make()
+                    out[p, e] = self.episode(a, self.env, seed + e,
                                              jax.random.fold_in(key, e))
                 except Exception as err:  # the env's fault: this member fails, others run
                     out[p] = np.nan
@@ -118,8 +137,9 @@ class HostEvaluator:
                         "member": p, "episode": e, "env_seed": seed + e,
                         "error": f"{type(err).__name__}: {err}",
                         "where": f"{frame.filename}:{frame.lineno} in {frame.name}"})
-                    broken, self.envs[e] = self.envs[e], self.make()
+                    broken, self.env = self.env, None  # the next episode builds a fresh one
                     with contextlib.suppress(Exception), deadline(self.timeout, "close()"):
-                        broken.close()  # a hung env may hang in close() too: bounded
+                        if broken is not None:
+                            broken.close()  # a hung env may hang in close() too: bounded
                     break
         return out

@@ -12,11 +12,21 @@ step before any compute is spent. :func:`deadline` bounds an env call in time
 :func:`team_reward` are the per-step conversions the collector
 (:mod:`feudal_es.host_collect`) and the evaluator (:mod:`feudal_es.host_eval`) share.
 Nothing here runs JAX.
+
+:class:`EnvNotices` reports, once each, what an env does that training survives but its
+author should know: an episode cut at ``TrainerConfig.max_episode_steps`` (an env with
+no time limit of its own), and a non-finite observation, reward, ``skill_rewards`` or
+``team_reward`` (:func:`first_nonfinite` names the agent and the field). A non-finite
+value only warns, it does not fail the episode: the damage is already contained where
+it lands (a non-finite MAPPO update is skipped, a non-finite ES fitness ranks last), and
+an env with an odd ``inf`` in an entry no reward depends on keeps training; the warning
+names the source, so the user looks at the env rather than at those two symptoms.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import signal
 import threading
@@ -27,6 +37,8 @@ from typing import Any
 import gymnasium as gym
 import jax
 import numpy as np
+
+log = logging.getLogger("feudal_es")
 
 
 class HostEnvSpec:
@@ -43,8 +55,10 @@ class HostEnvSpec:
         self.observation_space = env.observation_space(first)
         self.action_space = env.action_space(first)
         for a in self.agents[1:]:
-            if env.observation_space(a) != self.observation_space or \
-                    env.action_space(a) != self.action_space:
+            obs_space, act_space = env.observation_space(a), env.action_space(a)
+            if obs_space is self.observation_space and act_space is self.action_space:
+                continue  # one shared space object: nothing to compare (many agents)
+            if obs_space != self.observation_space or act_space != self.action_space:
                 raise ValueError(
                     f"agent {a!r} has other spaces than {first!r}: feudal-es trains one "
                     "shared actor, so all agents need the same observation and action space"
@@ -326,3 +340,112 @@ def team_reward(infos: Mapping, rewards: Mapping) -> float:
         if "team_reward" in info:
             return float(info["team_reward"])
     return float(np.mean(list(rewards.values()))) if rewards else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# what an env does that training survives, reported once
+# ---------------------------------------------------------------------------------------
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _bad(x: Any) -> str | None:
+    """``"nan"`` / ``"inf"`` / ``"-inf"``: the first non-finite value of ``x`` as the
+    actor reads it (float32: a float64 beyond its range is ``inf``), or None."""
+    if isinstance(x, float | int) and not isinstance(x, bool):  # most rewards: cheap
+        if math.isfinite(x) and abs(x) <= _F32_MAX:
+            return None
+    try:
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range: inf, named
+            arr = np.asarray(x, np.float32).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if np.isfinite(arr).all():
+        return None
+    return str(arr[~np.isfinite(arr)][0])
+
+
+def first_nonfinite(obs: Mapping | None = None, rewards: Mapping | None = None,
+                    infos: Mapping | None = None) -> str | None:
+    """The first non-finite value among per-agent observations, rewards and the
+    ``skill_rewards`` / ``team_reward`` of ``infos``, as a phrase naming the value, the
+    field and the agent (``"nan as the reward of agent 'a1'"``), or None when all are
+    finite."""
+    for a, x in (obs or {}).items():
+        leaves = sorted(x.items()) if isinstance(x, Mapping) else [(None, x)]
+        for key, leaf in leaves:
+            value = _bad(leaf)
+            if value is not None:
+                entry = "" if key is None else f" (entry {key!r})"
+                return f"{value} in the observation of agent {a!r}{entry}"
+    for a, r in (rewards or {}).items():
+        value = _bad(r)
+        if value is not None:
+            return f"{value} as the reward of agent {a!r}"
+    for a, info in (infos or {}).items():
+        for key in ("skill_rewards", "team_reward"):
+            if isinstance(info, Mapping) and key in info:
+                value = _bad(info[key])
+                if value is not None:
+                    return f"{value} in infos[{a!r}][{key!r}]"
+    return None
+
+
+def env_name(env: Any) -> str:
+    """The class name of ``env`` under its wrappers (what a warning calls it)."""
+    return type(getattr(env, "unwrapped", env)).__name__
+
+
+class EnvNotices:
+    """Warnings about a host env (logger ``"feudal_es"``), each kind logged once per
+    instance: a run shares one between its collector and evaluator; a Ray worker's
+    evaluator has its own, whose messages the driver logs through the run's."""
+
+    def __init__(self, env: str = ""):
+        self.env = env  # how the messages name the env (its id; default: its class)
+        self.seen: dict[str, str] = {}  # kind -> the message logged
+        self.source: str | None = None  # the first non-finite value found, in brief
+
+    def _name(self, cls: str) -> str:
+        return f"{self.env!r} ({cls})" if self.env and self.env != cls else cls
+
+    def warn(self, kind: str, message: str) -> None:
+        """Log ``message`` unless a message of ``kind`` was logged before."""
+        if kind not in self.seen:
+            self.seen[kind] = message
+            log.warning("%s", message)
+
+    def absorb(self, seen: dict[str, str], source: str | None = None) -> None:
+        """Log another instance's messages (a Ray worker's) as this one's, once each."""
+        if source is not None and self.source is None:
+            self.source = source
+        for kind, message in seen.items():
+            self.warn(kind, message)
+
+    def time_limit(self, name: str, limit: int, phase: str) -> None:
+        """An episode of ``phase`` reached ``limit`` steps without ending: cut there."""
+        self.warn("time_limit", (
+            f"env {self._name(name)} ran {phase} episode to max_episode_steps={limit} "
+            "steps without terminating or truncating it; feudal-es cuts every episode "
+            "there (treated as a truncation). If the env has no time limit of its own, give "
+            "it one, or set TrainerConfig.max_episode_steps (--set max_episode_steps=N)"))
+
+    def nonfinite(self, name: str, found: str, step: int, seed: int, phase: str) -> None:
+        """The env returned a non-finite value (:func:`first_nonfinite`'s ``found``)."""
+        when = "reset" if step == 0 else f"step {step}"
+        if self.source is None:
+            self.source = (f"env {self._name(name)} returned {found} at {when} of an "
+                           f"episode reset with seed {seed} ({phase})")
+        self.warn("nonfinite", (
+            f"{self.source}. Training goes on (a MAPPO update that turns non-finite is "
+            "skipped, an ES member with a non-finite fitness ranks last), but the env's "
+            "reset()/step() needs a look; reported once"))
+
+    def check(self, name: str, step: int, seed: int, phase: str, obs: Mapping | None,
+              rewards: Mapping | None = None, infos: Mapping | None = None) -> None:
+        """:meth:`nonfinite` for the first non-finite value of one reset/step's output
+        (nothing is looked at once it has been reported)."""
+        if self.source is not None:
+            return
+        found = first_nonfinite(obs, rewards, infos)
+        if found is not None:
+            self.nonfinite(name, found, step, seed, phase)

@@ -170,8 +170,10 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     (a :class:`~feudal_es.config.TrainerConfig`: env, env kwargs, actor sizes) holding
     ``cfg.option``, score the imitator and the expert on ``eval_episodes`` held-out
     episodes (seed ``eval_seed``) and save the actor (default path: under ``runs/``).
+    A path that cannot be written is refused (the ``OSError``) before any work.
     Returns ``(path, {who: {metric: mean}}, losses)``."""
     from envs.episode import run_episode, stateless
+    from feudal_es.atomic import check_writable
     from feudal_es.resolve import resolve_env
     from feudal_es.rollout import make_population_rollouts
     from feudal_es.rundir import default_run_dir
@@ -183,6 +185,8 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
                          f"{config.env!r}")
     core = env.core
     name, expert = expert_policy(config.env, cfg.expert)
+    path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX
+    check_writable(path)
     actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=cfg.option)
     actor = FeudalActor.from_env(jax.random.key(config.seed), core, actor_cfg)
     log(f"feudal-es pretrain: imitating {name} on {config.env}, option "
@@ -199,7 +203,6 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
                          **{k: float(np.mean(v)) for k, v in metrics.items()}},
             name: {"team_return": float(np.mean(ref.team_return)),
                    **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
-    path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX
     saved = save_pretrained(path, actor, {
         "env": config.env, "config": config.to_dict(), "expert": name, "option": cfg.option,
         "pretrain": dataclasses.asdict(cfg), "loss_first": losses[0], "loss_last": losses[-1],

@@ -12,7 +12,10 @@ Fault tolerance is Ray's own: workers are actors with ``max_restarts`` and
 the envs and the evaluator) and the tasks it held are re-run, so no member's fitness is
 lost; only when the restarts are used up does :meth:`RayEvaluator.returns` raise, naming
 the cause. Results equal the serial path for the same seeds: every member runs the same
-episodes (env seeds ``seed + e``, keys ``fold_in(key, e)``) with the same code.
+episodes (env seeds ``seed + e``, keys ``fold_in(key, e)``) with the same code. What a
+worker's evaluator would warn about (an episode cut at the time limit, a non-finite env
+output) comes back with its results and is logged once by the driver, since workers'
+logs do not reach it.
 
 Install with ``pip install 'feudal-es[ray]'``. To use a cluster, call
 ``ray.init(address=...)`` (or set ``RAY_ADDRESS``) before building the trainer; otherwise a
@@ -29,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["RayEvaluator", "init_local", "registry_specs"]
+__all__ = ["RayEvaluator", "RayWorkersLost", "init_local", "registry_specs"]
 
 
 def registry_specs(env_id: str) -> dict[tuple[str, str], Any]:
@@ -58,6 +61,11 @@ def init_local(num_cpus: int | None = None, **kwargs: Any) -> None:
     ray.init(num_cpus=num_cpus, runtime_env={"env_vars": env_vars}, **kwargs)
 
 
+
+class RayWorkersLost(RuntimeError, ValueError):
+    """The Ray workers could not start or died for good: a fault of the cluster the user
+    runs on, not of feudal-es (a ``ValueError`` too, so the CLI prints it as one line)."""
+
 class _Worker:
     """One Ray actor: env instances + a host evaluator, evaluating one member per call."""
 
@@ -77,8 +85,9 @@ class _Worker:
 
     def evaluate(self, version: int, actor_box: list, member: int, theta: np.ndarray,
                  seed: int, key_data: np.ndarray, episodes: int
-                 ) -> tuple[np.ndarray, list[dict]]:
-        """``(returns[E], failures)`` of one member; ``actor_box = [ObjectRef]`` of the
+                 ) -> tuple[np.ndarray, list[dict], tuple[dict, str | None]]:
+        """``(returns[E], failures, notices)`` of one member (``notices``: the worker's
+        warnings so far, for the driver to log once); ``actor_box = [ObjectRef]`` of the
         executor, fetched only when ``version`` changes (once per generation)."""
         import ray
 
@@ -88,7 +97,9 @@ class _Worker:
         key = jax.random.wrap_key_data(np.asarray(key_data))
         row = self.evaluator.returns(self._actor, theta[None], seed, key, episodes=episodes)[0]
         failures = [{**f, "member": member} for f in getattr(self.evaluator, "failures", [])]
-        return row, failures
+        notices = getattr(self.evaluator, "notices", None)
+        return row, failures, ((dict(notices.seen), notices.source) if notices is not None
+                               else ({}, None))
 
 
 class RayEvaluator:
@@ -106,10 +117,13 @@ class RayEvaluator:
         the workers are stopped and a ``RuntimeError`` says why (instead of a generation
         that waits forever on actors Ray cannot place, e.g. when other actors hold the
         cluster's CPUs).
+      notices: the run's :class:`~feudal_es.pettingzoo_host.EnvNotices`, through which
+        the workers' warnings are logged once (default: the evaluator's own).
     """
 
     def __init__(self, make_evaluator: Callable[[], Any], episodes: int, env_id: str = "",
-                 num_workers: int = 0, max_restarts: int = 3, start_timeout: float = 300.0):
+                 num_workers: int = 0, max_restarts: int = 3, start_timeout: float = 300.0,
+                 notices: Any = None):
         try:
             import ray
             from ray.util import ActorPool
@@ -129,11 +143,16 @@ class RayEvaluator:
             total = ray.cluster_resources().get("CPU", 0)
             free = ray.available_resources().get("CPU", 0)
             self.close()
-            raise RuntimeError(
+            raise RayWorkersLost(
                 f"only {len(ready)} of {n} Ray workers started within {start_timeout:g} s "
                 f"(each needs 1 CPU; the cluster has {total:g}, {free:g} free): lower "
                 "TrainerConfig.ray_workers or stop the actors holding the CPUs")
         self._pool_cls = ActorPool
+        if notices is None:
+            from feudal_es.pettingzoo_host import EnvNotices
+
+            notices = EnvNotices(env_id)
+        self.notices = notices
         self.episodes = int(episodes)
         self._version = 0
         self.failures: list[dict[str, Any]] = []
@@ -159,14 +178,16 @@ class RayEvaluator:
                                                eps),
                 range(len(thetas))))
         except RayActorError as e:
-            raise RuntimeError(
+            raise RayWorkersLost(
                 f"a Ray worker could not start, or died more often than max_restarts allows, "
                 f"while evaluating the population ({e}); no fitness of this generation was "
                 "used") from None
         except RayTaskError as e:
             raise e.as_instanceof_cause() from None
-        self.failures = [f for _, fails in results for f in fails]
-        return np.stack([row for row, _ in results]).astype(np.float64)
+        self.failures = [f for _, fails, _ in results for f in fails]
+        for _, _, (seen, source) in results:
+            self.notices.absorb(seen, source)
+        return np.stack([row for row, _, _ in results]).astype(np.float64)
 
     def pids(self) -> list[int]:
         """The worker processes' ids (a restarted worker has a new one)."""

@@ -159,6 +159,9 @@ def _resolve_registered(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv | No
                                ("aec", pettingzoo.aec_registry)):
         if env_id not in registry:
             continue
+        core = getattr(registry[env_id].entry_point, "core", None)
+        if env_type == "parallel" and callable(core):  # a feudal-es functional env
+            return ResolvedEnv(env_id, "jax", core=core(**kwargs))
         try:
             probe = pettingzoo.make(env_type, env_id, **kwargs)
         except pettingzoo.env_registry.exceptions.FailedToImport as e:

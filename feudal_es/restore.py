@@ -18,6 +18,7 @@ from feudal_es import checkpoint
 from feudal_es.config import TrainerConfig
 from feudal_es.resolve import resolve_stored_env
 from feudal_es.rundir import seed_dirs
+from feudal_es.runlock import RunLock
 
 __all__ = ["from_checkpoint", "resume", "stored_config"]
 
@@ -43,6 +44,9 @@ def _latest(run_dir: Path, at_round: int | None) -> Path:
     latest = mgr.latest() if at_round is None else mgr.path(at_round)
     if at_round is not None and not latest.is_file():
         raise ValueError(f"cannot resume {run_dir} at round {at_round}: no {latest.name}")
+    legacy = mgr.legacy_error()
+    if latest is None and legacy is not None:
+        raise checkpoint.CheckpointError(f"cannot resume {run_dir}: {legacy}") from None
     if latest is None:
         raise ValueError(f"cannot resume {run_dir}: no checkpoint "
                          f"(ckpt_*{checkpoint.SUFFIX}) in it")
@@ -82,9 +86,19 @@ def resume(cls: type, run_dir: str | os.PathLike, n_outer: int | None = None,
     freshly built trainer, so a checkpoint of another env or architecture is refused
     naming the difference. ``metrics.jsonl`` is rewritten to the checkpoint's history
     (rounds after the checkpoint will be recomputed identically). ``env`` may only repeat
-    the run's own env (to trust a ``"module:attr"`` it names).
+    the run's own env (to trust a ``"module:attr"`` it names). The run directory's lock
+    (:class:`~feudal_es.runlock.RunLock`) is held while it is read and rewritten: a run
+    that another process is writing is refused (:class:`~feudal_es.runlock.RunDirInUse`).
     """
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"cannot resume {run_dir}: no such directory")
+    with RunLock(run_dir, advice="wait for it to end, then resume it"):
+        return _resume(cls, run_dir, n_outer, env, at_round)
+
+
+def _resume(cls: type, run_dir: Path, n_outer: int | None, env: str | None,
+            at_round: int | None) -> Any:
     dirs = seed_dirs(run_dir)
     if len(dirs) > 1:
         found = {s: checkpoint.CheckpointManager(d).latest() for s, d in dirs.items()}

@@ -28,6 +28,7 @@ __all__ = [
     "CPU_POPULATION_CHUNK",
     "episode",
     "make_population_rollouts",
+    "members_at_once",
     "population_chunk",
     "population_devices",
 ]
@@ -94,3 +95,12 @@ def population_chunk(config: TrainerConfig) -> int:
     if config.population_chunk:
         return config.population_chunk
     return CPU_POPULATION_CHUNK if jax.default_backend() == "cpu" else 0
+
+
+def members_at_once(config: TrainerConfig, members: int) -> int:
+    """How many of ``members`` ES members one device runs together in a generation: the
+    population split over :func:`population_devices`, then chunked
+    (:func:`population_chunk`); what bounds the fitness episodes' memory."""
+    per_device = -(-members // len(population_devices(config)))
+    chunk = population_chunk(config)
+    return min(chunk, per_device) if chunk else per_device

@@ -4,9 +4,10 @@
 ``env_failures.jsonl`` (host envs: failed evaluation episodes), ``learning_curve.png``,
 TensorBoard events under ``tb/`` (when ``tensorboardX`` is installed), checkpoints
 ``ckpt_<round>.safetensors`` (the newest few kept), ``best_selector.safetensors`` and
-``episode.gif``. Text files are replaced atomically (:mod:`feudal_es.atomic`);
-``metrics.jsonl`` is appended a row at a time and rewritten from the checkpoint's history
-on resume, so it never holds a round that no checkpoint can reproduce for long.
+``episode.gif``, and the lock of its one writer (``.lock``, :mod:`feudal_es.runlock`).
+Every file is written through :mod:`feudal_es.atomic`: replaced whole, or (the ``.jsonl``
+logs) appended whole rows at a time; ``metrics.jsonl`` is rewritten from the checkpoint's
+history on resume, so it never holds a round that no checkpoint can reproduce for long.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import jax
 import numpy as np
 
 from feudal_es import checkpoint, modes
-from feudal_es.atomic import atomic_write, atomic_write_text
+from feudal_es.atomic import append, atomic_write, atomic_write_text
 
 __all__ = ["CAPTION", "LABELS", "RunDir", "check_new_run_dir", "clean", "default_run_dir",
            "plot_history", "seed_dirs", "write_config"]
@@ -239,8 +240,7 @@ class RunDir:
 
     # --- per round ------------------------------------------------------------------------
     def append_metrics(self, row: dict[str, Any]) -> None:
-        with open(self.metrics, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append(self.metrics, json.dumps(row) + "\n")
 
     def rewrite_metrics(self, history: list[dict[str, Any]]) -> None:
         atomic_write_text(self.metrics, "".join(json.dumps(h) + "\n" for h in history))
@@ -253,14 +253,14 @@ class RunDir:
         ``env_failures.jsonl``."""
         if not failures:
             return
-        with open(self.failures, "a") as f:
-            for x in failures:
-                who = (f"population member {x['member']}" if x["phase"] == "population"
-                       else "the current selector's evaluation")
-                log.warning("round %d: %s failed in episode %d (env seed %d) and ranks last: "
-                            "%s (at %s)", round_, who, x["episode"], x["env_seed"], x["error"],
-                            x["where"])
-                f.write(json.dumps({"round": round_, **x}) + "\n")
+        for x in failures:
+            who = (f"population member {x['member']}" if x["phase"] == "population"
+                   else "the current selector's evaluation")
+            log.warning("round %d: %s failed in episode %d (env seed %d) and ranks last: "
+                        "%s (at %s)", round_, who, x["episode"], x["env_seed"], x["error"],
+                        x["where"])
+        append(self.failures, "".join(json.dumps({"round": round_, **x}) + "\n"
+                                      for x in failures))
 
     def add_scalars(self, row: dict[str, Any], step: int) -> None:
         """The row's numbers as TensorBoard scalars, when ``tensorboardX`` is installed."""

@@ -5,6 +5,11 @@
 A runtime builds the networks and the MAPPO train state for its env, takes gradient
 steps, plays fitness episodes for a population of selectors, runs one ES generation and
 renders an episode. The trainer loop calls these and never asks which path it is on.
+
+Before anything is allocated, a runtime refuses a config whose arrays cannot fit in the
+memory available (:mod:`feudal_es.budget`: the ES population, its fitness episodes,
+MAPPO's env copies and batch, the networks), and :meth:`returns` an evaluation too large
+for it (episodes x selectors), with one message naming the field to change.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import CentralCritic, FeudalActor
-from feudal_es import es, mappo
+from feudal_es import budget, es, mappo
 from feudal_es.config import TrainerConfig
 from feudal_es.functions import jax_functions
+from feudal_es.pettingzoo_host import EnvNotices
 from feudal_es.resolve import ResolvedEnv
+from feudal_es.rollout import members_at_once, population_chunk
 
 __all__ = ["HostRuntime", "JaxRuntime", "make_runtime"]
 
@@ -38,15 +45,30 @@ def _initial(actor: FeudalActor, config: TrainerConfig) -> FeudalActor:
     return load_pretrained(config.init_from, actor)
 
 
+def _sizes(config: TrainerConfig, obs_space: Any, action_space: Any, num_skills: int,
+           global_state_size: int, num_agents: int) -> budget.NetworkSizes:
+    return budget.network_sizes(obs_space, action_space, num_skills, global_state_size,
+                                num_agents, config.actor, config.critic)
+
+
 class JaxRuntime:
     """A functional env on the pure-JAX path: jitted train step, population rollouts and
-    ES generation from :func:`feudal_es.functions.jax_functions` (shared by trainers)."""
+    ES generation from :func:`feudal_es.functions.jax_functions` (shared by trainers).
+    ``seeds``: how many seeds one program trains (the memory check scales with it)."""
 
     kind = "jax"
 
-    def __init__(self, config: TrainerConfig, env: ResolvedEnv):
+    def __init__(self, config: TrainerConfig, env: ResolvedEnv, seeds: int = 1):
         self.config = config
-        self.core = env.core
+        self.core = core = env.core
+        self.device = jax.devices()[0]
+        self.footprint = budget.jax_footprint(core, config)
+        sizes = _sizes(config, core.observation_space, core.action_space,
+                       len(core.skill_names), core.global_state_size, core.num_agents)
+        budget.check(budget.run_terms(
+            config, self.footprint, sizes,
+            members_at_once(config, config.es.num_candidates), seeds), self.device,
+            host=False)
         self.fns = jax_functions(config, self.core)
         self.num_agents = self.core.num_agents
         self.skill_names = tuple(self.core.skill_names)
@@ -72,10 +94,23 @@ class JaxRuntime:
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Team returns ``[P, E]`` and final env metrics ``{name: [P, E]}`` of
-        ``thetas[P, D]`` on the ``E`` episodes of ``split(key, E)`` (the same for all)."""
+        ``thetas[P, D]`` on the ``E`` episodes of ``split(key, E)`` (the same for all);
+        :class:`~feudal_es.budget.MemoryBudgetError` first if they cannot fit."""
         thetas = jnp.atleast_2d(jnp.asarray(thetas, jnp.float32))
+        self.check_evaluation(thetas.shape[0], episodes)
         ret, metrics = self.fns.rollouts(actor, thetas, jax.random.split(key, episodes))
         return np.asarray(ret), {k: np.asarray(v) for k, v in metrics.items()}
+
+    def check_evaluation(self, members: int, episodes: int, at_once: int | None = None
+                         ) -> None:
+        """:class:`~feudal_es.budget.MemoryBudgetError` if ``members`` selectors'
+        ``episodes`` evaluation episodes cannot fit (``at_once``: members run together;
+        default the population chunk)."""
+        chunk = population_chunk(self.config)
+        at_once = min(members, chunk or members) if at_once is None else at_once
+        budget.check([budget.evaluation_term(
+            members, int(episodes), self.footprint.episode + 8, at_once, 4)],
+            self.device, host=False)  # + 8: each episode's key
 
     def generation(self, key: jax.Array, state: es.ESState, actor: FeudalActor,
                    eval_key: jax.Array) -> tuple[es.ESState, dict]:
@@ -107,17 +142,25 @@ class HostRuntime:
     """A PettingZoo ``ParallelEnv`` on the host path: :class:`~feudal_es.host.HostCollector`
     for MAPPO, :class:`~feudal_es.host.HostEvaluator` for fitness (on Ray actors with
     ``backend="ray"``). A broken env is refused when the runtime is built, before any
-    compute: one checked ``reset`` and ``step`` (:func:`feudal_es.host.probe_env`)."""
+    compute: one checked ``reset`` and ``step`` (:func:`feudal_es.host.probe_env`).
+    Episodes are cut at ``config.max_episode_steps`` in collection and evaluation;
+    ``notices`` reports that, and a non-finite env output, once per run."""
 
     kind = "host"
 
-    def __init__(self, config: TrainerConfig, env: ResolvedEnv):
+    def __init__(self, config: TrainerConfig, env: ResolvedEnv, seeds: int = 1):
         from feudal_es import host
 
         self.config = config
         self.make = env.make
         probe = env.make()
-        self.spec = host.HostEnvSpec(probe, num_skills=config.num_skills)
+        self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills)
+        self.device = jax.devices()[0]
+        sizes = _sizes(config, spec.observation_space, spec.action_space, spec.num_skills,
+                       spec.global_state_size, spec.num_agents)
+        budget.check(budget.run_terms(config, budget.host_footprint(spec, config), sizes, 1,
+                                      seeds, host=True), self.device)
+        self.notices = EnvNotices(config.env)
         host.probe_env(probe, self.spec, seed=config.seed)
         self.num_agents = self.spec.num_agents
         self.skill_names = self.spec.skill_names
@@ -128,7 +171,7 @@ class HostRuntime:
         make_evaluator = functools.partial(
             host.HostEvaluator, env.make, self.spec, config.episodes,
             config.deterministic_eval, config.max_episode_steps, config.episode_timeout,
-            config.es_params)
+            config.es_params, self.notices)
         self.evaluator = make_evaluator()  # one member at a time (the current selector)
         self.population_evaluator: Any = self.evaluator  # populations (P > 1)
         if config.backend == "ray":
@@ -136,7 +179,7 @@ class HostRuntime:
 
             self.population_evaluator = RayEvaluator(
                 make_evaluator, episodes=config.episodes, env_id=config.env,
-                num_workers=config.ray_workers)
+                num_workers=config.ray_workers, notices=self.notices)
         self.failures: list[dict] = []  # failed episodes since the last take_failures()
 
     def init_train_state(self, key: jax.Array) -> mappo.TrainState:
@@ -156,7 +199,9 @@ class HostRuntime:
                                spec.num_skills, cfg.critic)
         copies = [self._probe] + [self.make() for _ in range(cfg.mappo.num_envs - 1)]
         self.collector = host.HostCollector(copies, spec, cfg.mappo, seed=cfg.seed,
-                                            step_timeout=cfg.episode_timeout)
+                                            step_timeout=cfg.episode_timeout,
+                                            max_episode_steps=cfg.max_episode_steps,
+                                            notices=self.notices)
         return mappo.init_learner(k_state, actor, critic, cfg.mappo)
 
     def train_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict]:
@@ -172,8 +217,12 @@ class HostRuntime:
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Team returns ``[P, E]`` (a failed member's row NaN); episode ``e`` is reset with
-        ``seed + e``, ``seed`` drawn from ``key``, for every member. No env metrics."""
+        ``seed + e``, ``seed`` drawn from ``key``, for every member. No env metrics.
+        :class:`~feudal_es.budget.MemoryBudgetError` first if the results cannot fit
+        (the episodes themselves stream through one env instance)."""
         thetas = np.atleast_2d(np.asarray(thetas, np.float32))
+        budget.check([budget.evaluation_term(len(thetas), int(episodes), 0, 1, 8)],
+                     self.device)
         seed = int(jax.random.randint(key, (), 0, 2**30))
         ev = self.population_evaluator if len(thetas) > 1 else self.evaluator
         out = ev.returns(actor, thetas, seed, key, episodes=episodes)
@@ -197,6 +246,8 @@ class HostRuntime:
                 cause = (f"; first failure (member {first['member']}, episode "
                          f"{first['episode']}): {first['error']} at {first['where']}"
                          if first else "")
+                if self.notices.source:  # the env's own NaN/inf, named
+                    cause += f"; earlier, {self.notices.source}"
                 raise FloatingPointError(
                     f"ES generation: all {fit.size} candidates failed or returned "
                     f"non-finite fitness{cause}; refusing to update the parameters")
@@ -249,7 +300,10 @@ class HostRuntime:
             close()
 
 
-def make_runtime(config: TrainerConfig, env: ResolvedEnv) -> JaxRuntime | HostRuntime:
-    """The runtime of ``env``'s path."""
-    return JaxRuntime(config, env) if env.kind == "jax" else HostRuntime(config, env)
+def make_runtime(config: TrainerConfig, env: ResolvedEnv, seeds: int = 1
+                 ) -> JaxRuntime | HostRuntime:
+    """The runtime of ``env``'s path (``seeds``: seeds trained in one program, for the
+    memory check); refuses, before allocating anything, a config that cannot fit."""
+    cls = JaxRuntime if env.kind == "jax" else HostRuntime
+    return cls(config, env, seeds)
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from agents import FeudalActor
 from feudal_es import es, mappo
+from feudal_es.atomic import atomic_write
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.functions import SeedFunctions, seed_functions
 from feudal_es.keys import KeySchedule, chain_key, root_keys
@@ -39,6 +40,7 @@ from feudal_es.loop import EveryCandidateFailed, RoundFns, RoundState, merl_roun
 from feudal_es.recorder import Progress, RunRecorder, round_row, step_metrics
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
 from feudal_es.rundir import check_new_run_dir, clean, default_run_dir, write_config
+from feudal_es.runlock import RunLock
 from feudal_es.runtime import make_runtime
 from feudal_es.sharding import committed
 from feudal_es.signals import StopOnSignals, TrainingInterrupted
@@ -90,7 +92,7 @@ class ESTrainer:
                 "seeds in one program need a functional (JAX) env; train its seeds one at "
                 "a time (TrainerConfig.seed)")
         configs = [config.for_seed(s) for s in self.seeds] if self.many else [config]
-        self.runtime = make_runtime(configs[0], self.env)
+        self.runtime = make_runtime(configs[0], self.env, len(self.seeds))
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(
             config.env, config.mode)
         self._keys = [root_keys(s) for s in self.seeds]
@@ -207,6 +209,7 @@ class ESTrainer:
                                               episodes=episodes)
         else:
             b = self.batched
+            self.runtime.check_evaluation(len(self.seeds), episodes, len(self.seeds))
             keys = b.place(jnp.stack([jax.random.split(key, episodes)] * len(self.seeds)))
             ret, metrics = jax.device_get(b.returns(self.ts.actor,
                                                     b.selector(self.ts.actor)[:, None], keys))
@@ -277,31 +280,33 @@ class ESTrainer:
         Ctrl-C (SIGINT) or SIGTERM, on the main thread: the current round is finished and
         checkpointed, then :class:`TrainingInterrupted` (a ``KeyboardInterrupt``) is
         raised; a second signal stops at once, keeping every completed round. A fresh
-        trainer refuses a run directory that already holds checkpoints (resume it).
+        trainer refuses a run directory that already holds checkpoints (resume it); its
+        lock is held while rounds run (:class:`~feudal_es.runlock.RunDirInUse` if taken).
         """
         start = self.round
         end = self.config.n_outer if rounds is None else min(self.config.n_outer,
                                                               start + int(rounds))
         if end > start:
-            self._start(end, progress)
-            try:
-                with self._stop:
-                    for r in range(start, end):
-                        rows = self._round(r)
-                        if on_round is not None:
-                            on_round(rows if self.many else rows[0])
-                        if self._stop.signum is not None and self.round < end:
-                            self.save_checkpoint(if_new=True)
-                            self._stop.stop(self.round)
-            except KeyboardInterrupt:
-                if self.round > start:
-                    self.save_checkpoint(if_new=True)
-                raise
-            except FloatingPointError as e:  # every ES member non-finite: nothing written
-                raise self._unwritten(e) from None
-            finally:
-                self._stop_clock()
-            self._final_gifs()
+            with RunLock(self.run_dir):  # one writer per run directory
+                self._start(end, progress)
+                try:
+                    with self._stop:
+                        for r in range(start, end):
+                            rows = self._round(r)
+                            if on_round is not None:
+                                on_round(rows if self.many else rows[0])
+                            if self._stop.signum is not None and self.round < end:
+                                self.save_checkpoint(if_new=True)
+                                self._stop.stop(self.round)
+                except KeyboardInterrupt:
+                    if self.round > start:
+                        self.save_checkpoint(if_new=True)
+                    raise
+                except FloatingPointError as e:  # every ES member non-finite: none written
+                    raise self._unwritten(e) from None
+                finally:
+                    self._stop_clock()
+                self._final_gifs()
         return self.histories if self.many else self.history
 
     def _start(self, end: int, progress: bool) -> None:
@@ -385,7 +390,12 @@ class ESTrainer:
     def _final_gifs(self) -> None:
         if self.round >= self.config.n_outer and self.config.gif:
             for i, rec in enumerate(self.recorders):
-                self.write_gif(rec.rundir.gif, index=i)
+                try:
+                    self.write_gif(rec.rundir.gif, index=i)
+                except OSError as e:  # the run is complete and saved; the picture is not
+                    log.warning("no GIF: cannot write %s (%s); render it with: feudal-es "
+                                "render %s --out %s", e.filename, e.strerror,
+                                rec.rundir.path, rec.rundir.gif)
 
     # --- checkpoints -----------------------------------------------------------------------
     def write_config(self) -> None:
@@ -456,7 +466,7 @@ class ESTrainer:
                   seed: int | None = None, index: int = 0) -> Path | None:
         """Deterministic episode GIF (env · mode · run, steps, legend) of seed ``index``;
         None (logged) if the env cannot render."""
-        from envs.render import write_gif
+        from envs.render import encode_gif
 
         try:
             frames = self.episode_frames(theta, seed, index=index)
@@ -464,8 +474,9 @@ class ESTrainer:
             log.warning("no GIF: %s", e)
             return None
         run, core = self.recorders[index].rundir.path.name, self.env.core
-        return write_gif(frames, path, title=f"{self.config.env} · {self.config.mode} · {run}",
-                         legend=getattr(core, "render_legend", None))
+        return atomic_write(path, lambda f: encode_gif(
+            frames, f, title=f"{self.config.env} · {self.config.mode} · {run}",
+            legend=getattr(core, "render_legend", None)))
 
     # --- resume ---------------------------------------------------------------------------
     @classmethod

@@ -27,3 +27,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
+# cache every compilation, not only those over JAX's default 1 s: the CLI subprocesses
+# recompile many small programs the session has compiled already
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")

@@ -323,17 +323,17 @@ def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
 
 
 def test_mpe_peer_falls_back_to_the_anchor_readme_with_a_warning(monkeypatch, capsys):
-    import bench.jaxmarl
+    import bench.vs_jaxmarl
     from experiments import mpe
 
-    monkeypatch.setattr(bench.jaxmarl, "anchor", lambda algo, steps: None)
+    monkeypatch.setattr(bench.vs_jaxmarl, "anchor", lambda algo, steps: None)
     got = mpe.peer(1000)
     assert got == {"source": "anchor README (not runnable here)",
                    "final_return": mpe.README_ANCHOR}
     assert "not measured" in capsys.readouterr().err
-    monkeypatch.setattr(bench.jaxmarl, "anchor", lambda algo, steps: {"error": "rc 1"})
+    monkeypatch.setattr(bench.vs_jaxmarl, "anchor", lambda algo, steps: {"error": "rc 1"})
     assert mpe.peer(1000)["error"] == "rc 1" and "rc 1" in capsys.readouterr().err
     measured = {"final_return": -50.0, "sps": 1.0}
-    monkeypatch.setattr(bench.jaxmarl, "anchor", lambda algo, steps: measured)
+    monkeypatch.setattr(bench.vs_jaxmarl, "anchor", lambda algo, steps: measured)
     assert mpe.peer(1000) == {"source": "measured in this job", **measured}
     assert capsys.readouterr().err == ""

@@ -139,11 +139,11 @@ def test_bundled_env_as_a_jaxmarl_env():
 
 def test_configs_mpe_holds_the_benchs_best_probe():
     """``configs/mpe.json`` (the MPE study, the README's example) is the best probe of
-    ``bench/jaxmarl.py``'s sweep, field for field."""
+    ``bench/vs_jaxmarl.py``'s sweep, field for field."""
     import json
     from pathlib import Path
 
-    from bench.jaxmarl import BEST_PROBE, probe
+    from bench.vs_jaxmarl import BEST_PROBE, probe
 
     cfg = json.loads((Path(__file__).resolve().parents[1] / "configs/mpe.json").read_text())
     best = probe(BEST_PROBE)

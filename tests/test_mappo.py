@@ -250,6 +250,8 @@ def test_fused_update_equals_split_update():
                                    err_msg=k)
 
 
+@pytest.mark.slow  # ~27 s (two compilations of the train step); test_reliability's
+# non-finite tests run the guarded step in make test
 def test_guarded_step_is_the_step_then_keep_finite():
     """The fused step with its guard in one program equals ``keep_finite`` applied to the
     plain step's output (two programs: to a stated tolerance); on a NaN critic the update

@@ -1,7 +1,8 @@
 """Our MAPPO against JaxMARL's own baselines, on JaxMARL's env, in the same run.
 
-    python -m bench.jaxmarl                  # ~14 min on 2 CPU cores
-    python -m bench.jaxmarl --quick          # 0.2M steps a side, a smoke run
+    python -m bench.vs_jaxmarl               # ~14 min on 2 CPU cores
+    python -m bench.vs_jaxmarl --quick       # 0.2M steps a side, a smoke run
+    python bench/vs_jaxmarl.py --quick       # the same, run as a file
 
 Both sides train on ``MPE_simple_spread_v3`` (3 agents, 26-step episodes) on this CPU:
 
@@ -43,8 +44,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a file: python bench/jaxmarl.py
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # ``python bench/vs_jaxmarl.py``: import from the repository
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # root, not from bench/
 
 from bench.common import Report, add_json_arg, markdown_table, train_timed
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                    metavar="NAME", help="with --sweep: run only this probe (repeatable)")
     add_json_arg(p)
     args = p.parse_args(argv)
-    report = Report("jaxmarl", args, argv)
+    report = Report("vs_jaxmarl", args, argv)
     if args.sweep:
         names = args.probe or [name for name, _ in SWEEP]
         results = {name: ours(probe(name), 400_000, (0, 1)) for name in names}

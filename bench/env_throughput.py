@@ -1,8 +1,8 @@
 """Env throughput: bundled JAX envs vs VMAS, and the PettingZoo adapter, from one run.
 
-    python bench/envs.py                 # defaults: 100 steps, 1 and 1024 envs
-    python bench/envs.py --steps 50 --batch 256 --skip-vmas
-    python bench/envs.py --json out.json # also the numbers as JSON (bench/common.py)
+    python bench/env_throughput.py       # defaults: 100 steps, 1 and 1024 envs
+    python bench/env_throughput.py --steps 50 --batch 256 --skip-vmas
+    python bench/env_throughput.py --json out.json   # also as JSON (bench/common.py)
 
 What is measured (env-steps/s = parallel envs x steps / seconds):
 
@@ -31,14 +31,14 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # ``python bench/envs.py``: import from the repository root
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # (this file shadows envs)
+if __package__ in (None, ""):  # ``python bench/env_throughput.py``: import from the
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # repository root, not bench/
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import envs  # registers the PettingZoo ids
+import envs
 from bench.common import Report, add_json_arg, cpu_name, markdown_table
 from envs.base import auto_reset_step
 
@@ -154,6 +154,7 @@ def bench_adapter(name: str, seconds: float) -> tuple[float, float, float, float
     """
     import pettingzoo
 
+    envs.register_bundled_envs()  # an explicit call: importing envs registers nothing
     env = pettingzoo.make("parallel", envs.env_id(name))
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-vmas", action="store_true")
     add_json_arg(p)
     args = p.parse_args(argv)
-    report = Report("envs", args, argv)
+    report = Report("env_throughput", args, argv)
 
     print(f"# feudal-es env benchmark, {datetime.date.today()}, {cpu_name()}"
           f" ({os.cpu_count()} cores), jax {jax.__version__} on {jax.default_backend()}")
