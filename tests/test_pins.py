@@ -18,12 +18,14 @@ session, and compared with it:
   the recording machine with ``XLA_FLAGS=--xla_cpu_max_isa=AVX2`` against AVX-512: the
   demo's rows differ by at most ~4e-6 relative in rounds 0-1 and discretely from round 2;
   the two-seed program's seed 0 flips already in round 0 (``selector_fitness`` 1.0 vs
-  0.75, MAPPO's ``approx_kl`` by 1%), its seed 1 only from round 2. So off the recording
-  machine only what is CPU-independent is pinned: ``merl_coexist`` exactly (a tiny toy
-  whose floats came out identical on AVX2 and AVX-512), every row's keys and integer
-  columns (round, env steps, invalid members) exactly, and the demo's round-0 row: integer,
-  None and string columns exact, floats within ``RTOL``/``ATOL``. The seeds' round-0
-  floats are not compared there: a tolerance cannot absorb the measured flip.
+  0.75, MAPPO's ``approx_kl`` by 1%), its seed 1 only from round 2. On a real CPU without
+  AVX-512 (an AMD EPYC of this machine kind) the demo's round 0 flips too
+  (``selector_fitness`` 1.0 vs 0.75): the cap does not emit all of another CPU's code.
+  So off the recording machine only what is CPU-independent is pinned: ``merl_coexist``
+  exactly (a tiny toy whose floats came out identical on AVX2 and AVX-512, and on that
+  EPYC), and every row's keys and integer columns (round, env steps, invalid members)
+  exactly, for the demo and each seed. No float of the CLI runs is compared there: a
+  tolerance cannot absorb a flipped rank.
 
 The recording runs the CLI twice (``feudal-es demo`` and ``--seeds 0 1``: two programs,
 each compiled once, in two concurrent subprocesses) and the toy in this process.
@@ -41,8 +43,6 @@ import pytest
 from helpers import TESTS
 
 PINNED: dict[str, Any] = json.loads((TESTS / "pins.json").read_text())
-RTOL, ATOL = 1e-4, 1e-6  # off the recording machine: round 0's floats (measured <= 4e-6)
-_HEX = re.compile(r"^-?0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]\d+$")
 
 
 def _isa(flags: str) -> str | None:
@@ -88,26 +88,9 @@ def assert_exact(scenario: str, got: Any, want: Any) -> None:
     assert diff is None and got == want, f"{scenario} differs from tests/pins.json at {diff}"
 
 
-def _is_float(v: Any) -> bool:
-    return isinstance(v, str) and bool(_HEX.match(v))
-
-
-def assert_row_close(where: str, got: dict, want: dict) -> None:
-    """One metrics row off the recording machine: same columns; integer, None and string
-    columns exact; ``float.hex`` columns within ``RTOL``/``ATOL``."""
-    assert got.keys() == want.keys(), f"{where}: columns {sorted(got.keys() ^ want.keys())}"
-    for k, w in want.items():
-        g = got[k]
-        if _is_float(w) and _is_float(g):
-            a, b = float.fromhex(g), float.fromhex(w)
-            assert abs(a - b) <= ATOL + RTOL * abs(b), f"{where}.{k}: recorded {a!r}, pinned {b!r}"
-        else:
-            assert g == w and type(g) is type(w), f"{where}.{k}: recorded {g!r}, pinned {w!r}"
-
-
-def assert_structure(where: str, got: dict, want: dict, floats: bool) -> None:
+def assert_structure(where: str, got: dict, want: dict) -> None:
     """A run's digest off the recording machine: every row's columns and integer columns
-    exact; with ``floats``, round 0's row as :func:`assert_row_close`."""
+    exact (round, env steps, invalid members), and the number of checkpoint tensors."""
     rows, pinned = got["rows"], want["rows"]
     assert len(rows) == len(pinned), f"{where}.rows: {len(rows)} recorded, {len(pinned)} pinned"
     assert len(got["checkpoint"]) == len(want["checkpoint"]), f"{where}.checkpoint: tensors"
@@ -115,8 +98,6 @@ def assert_structure(where: str, got: dict, want: dict, floats: bool) -> None:
         assert g.keys() == w.keys(), f"{where}.rows[{i}]: columns {sorted(g.keys() ^ w.keys())}"
         ints = {k: v for k, v in w.items() if isinstance(v, int)}
         assert {k: g[k] for k in ints} == ints, f"{where}.rows[{i}]: integer columns"
-    if floats:
-        assert_row_close(f"{where}.rows[0]", rows[0], pinned[0])
 
 
 def compare(scenario: str, got: Any, want: Any, exact: bool) -> None:
@@ -124,11 +105,11 @@ def compare(scenario: str, got: Any, want: Any, exact: bool) -> None:
     if exact or scenario == "merl_coexist":
         assert_exact(scenario, got, want)
     elif scenario == "demo":
-        assert_structure(scenario, got, want, floats=True)
+        assert_structure(scenario, got, want)
     else:  # seeds: one digest per seed directory
         assert got.keys() == want.keys(), f"{scenario}: seeds {sorted(got)} vs {sorted(want)}"
         for s in want:
-            assert_structure(f"{scenario}.{s}", got[s], want[s], floats=False)
+            assert_structure(f"{scenario}.{s}", got[s], want[s])
 
 
 @pytest.fixture(scope="module")
@@ -172,20 +153,17 @@ def _bump(h: str, rel: float) -> str:
 
 def test_comparisons_catch_a_changed_number():
     """One ulp anywhere fails the exact comparison, and names the path; off the recording
-    machine, a round-0 float off by more than the tolerance, a changed integer or a
-    changed merl_coexist number fails, while float noise within it passes."""
+    machine, a changed integer column or a changed merl_coexist number fails, while the
+    CLI runs' floats (which another CPU rounds otherwise) are not compared."""
     demo = json.loads(json.dumps(PINNED["demo"]))
     demo["rows"][1]["sigma"] = _bump(demo["rows"][1]["sigma"], 2 ** -23)
     with pytest.raises(AssertionError, match=r"demo\.rows\[1\]\.sigma"):
         compare("demo", demo, PINNED["demo"], exact=True)
-    compare("demo", demo, PINNED["demo"], exact=False)  # a later round: not pinned there
-    near = json.loads(json.dumps(PINNED["demo"]))
-    near["rows"][0]["mappo/entropy"] = _bump(near["rows"][0]["mappo/entropy"], 1e-6)
-    compare("demo", near, PINNED["demo"], exact=False)
-    far = json.loads(json.dumps(PINNED["demo"]))
-    far["rows"][0]["mappo/entropy"] = _bump(far["rows"][0]["mappo/entropy"], 1e-3)
-    with pytest.raises(AssertionError, match=r"demo\.rows\[0\]\.mappo/entropy"):
-        compare("demo", far, PINNED["demo"], exact=False)
+    compare("demo", demo, PINNED["demo"], exact=False)
+    steps = json.loads(json.dumps(PINNED["demo"]))
+    steps["rows"][0]["env_steps"] += 1
+    with pytest.raises(AssertionError, match=r"demo\.rows\[0\]: integer columns"):
+        compare("demo", steps, PINNED["demo"], exact=False)
     seeds = json.loads(json.dumps(PINNED["seeds"]))
     seeds["1"]["rows"][2]["env_steps"] += 1
     with pytest.raises(AssertionError, match=r"seeds\.1\.rows\[2\]"):
