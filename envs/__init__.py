@@ -2,11 +2,11 @@
 
 :func:`register` registers the bundled envs with PettingZoo's registry
 (``feudal_es/Coverage-v0``, ``feudal_es/Discovery-v0``, ``feudal_es/Dispersion-v0``,
-``feudal_es/Rover-v0``) and with Gymnasium's (``feudal_es/CoverageSwarm-v0``,
-``feudal_es/CoverageSelector-v0``, ...; see :mod:`envs.gym_registration`). Importing
-``envs`` registers nothing: registration is that explicit call (``feudal_es.register()``
-makes it too). The env classes themselves (``envs.Coverage`` ...) are imported on first
-access.
+``feudal_es/Rover-v0``, ``feudal_es/RoverMERL-v0``) and with Gymnasium's
+(``feudal_es/CoverageSwarm-v0``, ``feudal_es/CoverageSelector-v0``, ...; see
+:mod:`envs.gym_registration`). Importing ``envs`` registers nothing: registration is that
+explicit call (``feudal_es.register()`` makes it too). The env classes themselves
+(``envs.Coverage`` ...) are imported on first access.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "Dispersion",
     "EnvOut",
     "Rover",
+    "RoverMERL",
     "SelectorEnv",
     "SwarmEnv",
     "SwarmGymEnv",

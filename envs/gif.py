@@ -50,6 +50,11 @@ POLICIES: dict[str, dict[str, str]] = {
         "nearest": "envs.rover:nearest_poi_policy",
         "random": "envs.policies:random_policy",
     },
+    "RoverMERL": {
+        "team": "envs.rover_merl:team_policy",
+        "nearest": "envs.rover_merl:nearest_poi_policy",
+        "random": "envs.policies:random_policy",
+    },
 }
 
 Policy = Callable[[jax.Array, Any, Any], jax.Array]

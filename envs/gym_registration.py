@@ -10,7 +10,7 @@ installs the loader of trained runs: :func:`use_checkpoint_loader`)::
     sel = gymnasium.make("feudal_es/CoverageSelector-v0",
                          checkpoint="runs/x/ckpt_00000010.safetensors")    # SelectorEnv
 
-Ids, for ``<Name>`` in Coverage, Discovery, Dispersion, Rover:
+Ids, for ``<Name>`` in Coverage, Discovery, Dispersion, Rover, RoverMERL:
 
 - ``feudal_es/<Name>Swarm-v0``: :class:`~envs.gym_wrappers.SwarmGymEnv` (the swarm as one
   env, action ``[N, 2]``); its ``vector_entry_point`` is

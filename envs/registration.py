@@ -37,6 +37,7 @@ BUNDLED_ENVS: dict[str, str] = {
     "Discovery": "envs.discovery:Discovery",
     "Dispersion": "envs.dispersion:Dispersion",
     "Rover": "envs.rover:Rover",
+    "RoverMERL": "envs.rover_merl:RoverMERL",
 }
 
 _ADAPTER_KWARGS = ("render_mode", "max_cycles")

@@ -92,6 +92,7 @@ _EXTRA: dict[str, dict[str, Any]] = {
     "Discovery": dict(map_size=4, obs_mode="both"),
     "Dispersion": dict(map_size=4, obs_mode="vec"),  # its maps are Discovery's code
     "Rover": dict(map_size=4, obs_mode="vec", coupling=2, num_pois=2),
+    "RoverMERL": dict(coupling=2, num_pois=2),
 }
 
 # JaxMARL ids and make kwargs (``max_steps=4``: 5-step episodes through the bridge).
