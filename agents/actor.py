@@ -13,7 +13,9 @@ The rollout-facing API works on one env's swarm (obs leaves [N, ...], adjacency 
 The feudal time scale: the selector re-decides every ``selector_period`` steps
 (``ActorConfig.selector_period``, held by the actor: whenever ``t % selector_period == 0``,
 so at ``t = 0`` of every episode) and the option is kept in between; the rollout state
-carries it.
+carries it. With ``ActorConfig.option_ends`` an agent's option also ends when its goal is
+met (``done[i, option_i]``, the env's ``skill_done(state)``, which the rollouts pass in):
+the selector re-decides for that agent at that step.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class FeudalActor(eqx.Module):
     options: str = eqx.field(static=True)  # ActorConfig.options
     fixed_option: int = eqx.field(static=True)
     selector_period: int = eqx.field(static=True)  # ActorConfig.selector_period
+    option_ends: bool = eqx.field(static=True)  # ActorConfig.option_ends
 
     def __init__(
         self,
@@ -84,6 +87,7 @@ class FeudalActor(eqx.Module):
                              f"{num_skills} options")
         self.options, self.fixed_option = config.options, config.fixed_option
         self.selector_period = config.selector_period
+        self.option_ends = config.option_ends
 
     @classmethod
     def from_env(cls, key: KeyLike, env: Any, config: ActorConfig | None = None) -> Any:
@@ -109,14 +113,22 @@ class FeudalActor(eqx.Module):
         return GoalOption(skill, jnp.zeros((num_agents, self.goal_dim), jnp.float32))
 
     # ------------------------------------------------------------------ rollout API
+    def options_done(self, env: Any, state: Any) -> jax.Array | None:
+        """What a rollout passes as ``done``: ``env.skill_done(state)`` (``[N, K]``) when
+        this actor's options end when done (``option_ends``), else ``None`` (nothing
+        computed, so an actor without it runs the same program as before)."""
+        return env.skill_done(state) if self.option_ends else None
+
     def select_option(
         self, obs: Any, adj: jax.Array, prev: Option, t: jax.Array,
-        key: jax.Array | None = None,
+        key: jax.Array | None = None, done: jax.Array | None = None,
     ) -> Option:
-        """The options to pursue now: chosen when ``t % selector_period == 0`` (the
-        selector logits' argmax, or see ``ActorConfig.options``; ``key`` is needed for
-        "uniform"), else ``prev``. Returns the type it was given."""
-        return self._select(self.embed(obs, adj), prev, t, key)
+        """The options to pursue now: chosen when ``t % selector_period == 0`` or, with
+        ``option_ends``, for each agent whose option is done (``done``: ``[N, K]`` bool,
+        the env's ``skill_done(state)``; ``None``: no goal is ever met) — the selector
+        logits' argmax, or see ``ActorConfig.options``; ``key`` is needed for "uniform" —
+        else ``prev``. Returns the type it was given."""
+        return self._select(self.embed(obs, adj), prev, t, key, done=done)
 
     def act(
         self,
@@ -139,18 +151,20 @@ class FeudalActor(eqx.Module):
         t: jax.Array,
         deterministic: bool = False,
         explore: float = 0.0,
+        done: jax.Array | None = None,
     ) -> tuple[Option, ActOut]:
         """``select_option`` then ``act`` on one shared embedding: ``(option, ActOut)``.
 
         ``explore``: at decision steps each agent's option is replaced, with this
         probability, by a uniformly random one (MAPPO's collection, so that the executor
         practises every option in every kind of state). The action key is ``key`` itself
-        unless options are random (``explore > 0`` or ``options="uniform"``)."""
+        unless options are random (``explore > 0`` or ``options="uniform"``). ``done``: as
+        in :meth:`select_option`."""
         h = self.embed(obs, adj)
         k_opt = None
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
-        option = self._select(h, prev, t, k_opt, explore)
+        option = self._select(h, prev, t, k_opt, explore, done)
         return option, self._act(key, h, option, deterministic)
 
     def evaluate(
@@ -174,10 +188,14 @@ class FeudalActor(eqx.Module):
         return option, jnp.zeros((*option.shape, 0), jnp.float32)
 
     def _select(self, h: jax.Array, prev: Option, t: jax.Array, key: jax.Array | None = None,
-                explore: float = 0.0) -> Option:
+                explore: float = 0.0, done: jax.Array | None = None) -> Option:
         prev_skill, prev_goal = self._unpack(prev)
         decide = jnp.broadcast_to(jnp.asarray(t) % self.selector_period == 0,
                                   prev_skill.shape)
+        if self.option_ends and done is not None:
+            ended = jnp.take_along_axis(jnp.asarray(done, bool),
+                                        prev_skill.astype(jnp.int32)[:, None], axis=-1)[:, 0]
+            decide = decide | ended
         shape, k = prev_skill.shape, self.num_skills
         if self.options == "fixed":
             new_skill = jnp.full(shape, self.fixed_option, jnp.int32)

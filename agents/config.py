@@ -49,6 +49,12 @@ class ActorConfig:
     # between). It belongs to the actor: MAPPO's collection, ES fitness episodes, the
     # host path and evaluation all read it from the actor they run
     selector_period: int = 10
+    # options that end when done: an agent whose option's goal is met (the env's
+    # ``skill_done(state)[i, option_i]``, e.g. "go to POI k" once POI k is observed) has
+    # the selector re-decide at that step instead of holding the option to the next
+    # multiple of ``selector_period`` (which stays the longest an option is held). Needs
+    # an env with ``skill_done``; False is the fixed period alone
+    option_ends: bool = False
     goal_dim: int = 0  # sub-goal size of the GoalSelector; 0 = no GoalSelector
     # --- executor head (gradient parameters) ---
     skill_embed_dim: int = 0  # 0 = condition on the skill one-hot; >0 = learned embedding
@@ -89,6 +95,7 @@ class ActorConfig:
             raise ValueError(f"{c}.options must be one of {OPTION_MODES}, got {self.options!r}")
         check_int(f"{c}.fixed_option", self.fixed_option, 0)
         check_int(f"{c}.selector_period", self.selector_period, 1)
+        check_bool(f"{c}.option_ends", self.option_ends)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"{c}.activation must be one of {ACTIVATIONS}, got "
                              f"{self.activation!r}")

@@ -99,6 +99,14 @@ class SwarmEnv(eqx.Module):
     def num_skills(self) -> int:
         return len(self.skill_names)
 
+    def skill_done(self, state: Any) -> jax.Array:
+        """``[N, K]`` bool: whether agent ``i``'s option ``k`` has met its goal in
+        ``state`` (e.g. Rover's "go to POI k" once POI k is observed). An actor with
+        ``ActorConfig.option_ends`` re-decides an agent's option when it is done. This
+        default is never: the options of an env without goals (Coverage's explore /
+        cover) are behaviours that do not end; :func:`has_option_goals` tells them apart."""
+        return jnp.zeros((self.num_agents, self.num_skills), bool)
+
     @property
     def observation_space(self) -> gym.spaces.Dict:
         """Per-agent observation space, derived from one traced reset (no compute)."""
@@ -119,6 +127,12 @@ class SwarmEnv(eqx.Module):
     def global_state_size(self) -> int:
         _, state = jax.eval_shape(self.reset, jax.random.key(0))
         return int(jax.eval_shape(self.global_state, state).shape[0])
+
+
+def has_option_goals(env: Any) -> bool:
+    """Whether ``env``'s options can end (it overrides :meth:`SwarmEnv.skill_done`)."""
+    done = getattr(type(env), "skill_done", None)
+    return done is not None and done is not SwarmEnv.skill_done
 
 
 def auto_reset_step(

@@ -176,6 +176,10 @@ class Rover(_swarm.TargetSwarmEnv):
     def target_radius(self) -> float:
         return self.observe_radius
 
+    def skill_done(self, state: SwarmState) -> jax.Array:
+        """``[N, K]``: option "poi_k" is done for every rover once POI k is observed."""
+        return jnp.broadcast_to(state.found[None, :], (self.num_agents, self.num_pois))
+
 
 def team_of(env: Rover) -> jax.Array:
     """``[N]`` team of each rover: index blocks of ``coupling`` (leftovers join the last)."""

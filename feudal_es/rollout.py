@@ -38,11 +38,13 @@ CPU_POPULATION_CHUNK = 8  # population_chunk=0 on a CPU backend (bench/perf.py m
 
 def episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, deterministic: bool,
             keep_states: bool = False) -> Episode:
-    """One full episode of the feudal actor from ``env.reset(key)`` (skills re-chosen every
-    ``actor.selector_period`` steps); ``outs`` holds each step's env metrics."""
+    """One full episode of the feudal actor from ``env.reset(key)`` (options re-chosen every
+    ``actor.selector_period`` steps, and when done with ``option_ends``); ``outs`` holds
+    each step's env metrics."""
 
     def act(k, obs, state, option, t):
-        option, out = actor.step(k, obs, env.comm_graph(state), option, t, deterministic)
+        option, out = actor.step(k, obs, env.comm_graph(state), option, t, deterministic,
+                                 done=actor.options_done(env, state))
         return out.env_action, option
 
     return run_episode(key, env, act, actor.initial_option(env.num_agents),

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import CentralCritic, FeudalActor
+from envs.base import has_option_goals
 from feudal_es import budget, es, mappo
 from feudal_es.config import TrainerConfig
 from feudal_es.functions import jax_functions
@@ -61,6 +62,11 @@ class JaxRuntime:
     def __init__(self, config: TrainerConfig, env: ResolvedEnv, seeds: int = 1):
         self.config = config
         self.core = core = env.core
+        if config.actor.option_ends and not has_option_goals(core):
+            raise ValueError(f"actor.option_ends=true needs options that can end, but "
+                             f"{type(core).__name__}'s options ({', '.join(core.skill_names)}"
+                             ") have no goal (its skill_done is never true); leave "
+                             "actor.option_ends false for this env")
         self.device = jax.devices()[0]
         self.footprint = budget.jax_footprint(core, config)
         sizes = _sizes(config, core.observation_space, core.action_space,
@@ -152,6 +158,11 @@ class HostRuntime:
         from feudal_es import host
 
         self.config = config
+        if config.actor.option_ends:
+            raise ValueError("actor.option_ends=true needs an env whose options can end "
+                             "(a bundled JAX env with skill_done, e.g. feudal_es/Rover-v0); "
+                             f"{config.env} runs on the host path, where options are held "
+                             "for actor.selector_period steps: leave actor.option_ends false")
         self.make = env.make
         probe = env.make()
         self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills)

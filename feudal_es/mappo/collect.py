@@ -35,8 +35,9 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     statistics (completed-episode returns, dense and team reward per step)."""
     actor, critic = ts.actor, ts.critic
 
-    def policy(key, obs, adj, option, t):
-        return actor.step(key, obs, adj, option, t, deterministic, cfg.option_exploration)
+    def policy(key, obs, adj, option, t, state):
+        return actor.step(key, obs, adj, option, t, deterministic, cfg.option_exploration,
+                          done=actor.options_done(env, state))
 
     def one_step(carry, key):
         ro: RolloutState = carry
@@ -45,7 +46,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         adj = jax.vmap(env.comm_graph)(ro.env_state)
         gstate = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
                                         ro.ep_t)
-        option, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.option, ro.ep_t)
+        option, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.option,
+                                       ro.ep_t, ro.env_state)
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
             env, jax.random.split(k_env, e), ro.env_state, out.env_action)
         reward = _option_reward(eo.skill_rewards, option)
@@ -70,8 +72,9 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     last_adj = jax.vmap(env.comm_graph)(ro.env_state)
     last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),
                                  ro.ep_t.shape[0])  # used by random options only
-    last_option = jax.vmap(lambda o, a, h, t, k: actor.select_option(o, a, h, t, k))(
-        ro.obs, last_adj, ro.option, ro.ep_t, last_keys)
+    last_option = jax.vmap(lambda o, a, h, t, k, s: actor.select_option(
+        o, a, h, t, k, actor.options_done(env, s)))(
+        ro.obs, last_adj, ro.option, ro.ep_t, last_keys, ro.env_state)
     last_value = jax.vmap(critic)(last_gs, option_skills(last_option))
     # the critic's values of the whole trajectory in one batched call, after the scan (the
     # policy does not need them): one [T*E]-row matmul per layer instead of T small ones
