@@ -21,12 +21,21 @@ import os
 import shutil
 import tempfile
 
+TEST_XLA_OPT = "--xla_backend_optimization_level=0"  # also in tests/pins.py (no import)
+
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache = tempfile.mkdtemp(prefix="feudal-es-test-xla-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
+# compile without LLVM's optimizations (unless XLA_FLAGS already choose a level): the tests'
+# tiny programs spend far more time compiling than running, and XLA:CPU's O0 code computes
+# the same IEEE float32 results, only slower (tests/test_pins.py records its CLI runs
+# at the default level, where they are bit-exact on the recording machine)
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
+                               + TEST_XLA_OPT).strip()
 # cache every compilation, not only those over JAX's default 1 s: the CLI subprocesses
 # recompile many small programs the session has compiled already
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")

@@ -62,9 +62,25 @@ def digest_run(run_dir: Path) -> dict[str, Any]:
             "best_selector": tensor_digest(run_dir / "best_selector.safetensors")}
 
 
+# the test session's XLA flag for fast compiles (tests/conftest.py); the pins are
+# recorded as a user runs, at XLA's default optimization level
+TEST_XLA_OPT = "--xla_backend_optimization_level=0"
+
+
+def default_env() -> dict[str, str]:
+    """This process's environment without the test session's :data:`TEST_XLA_OPT`."""
+    env = dict(os.environ)
+    flags = env.get("XLA_FLAGS", "").replace(TEST_XLA_OPT, "").strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    return env
+
+
 def _cli(*args: str, cwd: Path) -> None:
-    env = {**os.environ, "FEUDAL_ES_COMPILE_CACHE": os.environ.get("FEUDAL_ES_COMPILE_CACHE",
-                                                                   "1")}
+    env = {**default_env(), "FEUDAL_ES_COMPILE_CACHE": os.environ.get(
+        "FEUDAL_ES_COMPILE_CACHE", "1")}
     subprocess.run([sys.executable, "-m", "feudal_es.cli", *args, "--no-progress"],
                    cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
 
@@ -162,6 +178,17 @@ def record(n_outer: int, which: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
             out["merl_coexist"] = merl_coexist(n_outer)
     out["machine"] = machine()
     return out
+
+
+def record_as_users_run(n_outer: int, which: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`record` in a fresh process at XLA's default optimization level (what the
+    pins hold), from a test session that compiles at another one."""
+    with tempfile.TemporaryDirectory(prefix="feudal-es-pins-") as tmp:
+        path = Path(tmp) / "pins.json"
+        subprocess.run([sys.executable, __file__, "record", str(path), "--n-outer",
+                        str(n_outer), "--only", *which], env=default_env(), check=True,
+                       stdout=subprocess.DEVNULL)
+        return json.loads(path.read_text())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,10 @@ session, and compared with it:
   tolerance cannot absorb a flipped rank.
 
 The recording runs the CLI twice (``feudal-es demo`` and ``--seeds 0 1``: two programs,
-each compiled once, in two concurrent subprocesses) and the toy in this process.
+each compiled once, in two concurrent subprocesses) and the toy in a third: each
+scenario is recorded in a fresh process at XLA's default optimization level
+(:func:`pins.record_as_users_run`), since the test session itself compiles at ``O0``
+(``tests/conftest.py``), which rounds the toy's floats otherwise.
 """
 
 from __future__ import annotations
@@ -122,13 +125,13 @@ def recorded(request):
                 if getattr(item, "function", None) is test_same_seed_same_numbers}
     cache: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {s: pool.submit(pins.record, PINNED["n_outer"], (s,))
+        futures = {s: pool.submit(pins.record_as_users_run, PINNED["n_outer"], (s,))
                    for s in ("demo", "seeds") if s in selected}
 
         def get(scenario: str) -> tuple[Any, dict[str, Any]]:
             if scenario not in cache:
                 out = (futures[scenario].result() if scenario in futures
-                       else pins.record(n_outer=PINNED["n_outer"], which=(scenario,)))
+                       else pins.record_as_users_run(PINNED["n_outer"], (scenario,)))
                 cache[scenario] = (out[scenario], out["machine"])
             return cache[scenario]
 
