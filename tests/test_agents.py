@@ -341,6 +341,7 @@ def test_conv2d_and_its_custom_gradient_match_a_channel_first_xla_conv(in_ch, ou
 
 
 # --- how options are chosen -----------------------------------------------------------
+@pytest.mark.slow  # ~20-30 s of sampling; test_select_holds_... covers the plumbing
 def test_option_exploration_mixes_uniform_options_as_configured():
     """At decision steps a fraction ``explore`` of the options is uniformly random (so
     about explore * (K - 1) / K differ from the selector's argmax); off decision steps

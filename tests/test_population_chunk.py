@@ -64,6 +64,7 @@ def test_chunked_rollouts_equal_full_width_vmap(setup):
     assert jaxpr.count("scan[") == 1 + 2  # the chunk loop + each path's episode scan
 
 
+@pytest.mark.slow  # ~20 s; test_chunked_rollouts_equal_full_width_vmap is the oracle
 def test_trainer_generation_uses_the_chunk(setup):
     """The trainer's ES generation with chunks of 3 (population 4: one chunk + remainder 1)
     equals the full-width one of TINY to ``RTOL``, ES state and logged fitness alike: two

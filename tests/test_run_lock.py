@@ -77,7 +77,6 @@ def test_two_writers_started_together_one_is_refused_naming_the_holder(work):
         f"ckpt_0000000{r}.safetensors" for r in (1, 2, 3)]
 
 
-@pytest.mark.slow  # ~28 s; make test keeps test_cli's SIGKILL + --resume, which takes over a lock
 def test_a_killed_runs_lock_is_taken_over_by_resume(work):
     """Frozen (SIGSTOP) after its first checkpoint, the run still holds its lock and
     ``--resume`` is refused naming it; SIGKILLed, its lock goes with it (its note stays)

@@ -167,7 +167,6 @@ def test_resume_on_a_read_only_then_a_full_disk_each_advice_works(mount, work):
 
 
 # ---------------------------------------------------------------- a fresh run
-@pytest.mark.slow  # ~23 s; make test keeps the --resume chain and every advice's text (below)
 def test_fresh_run_on_a_read_only_then_a_full_disk_each_advice_works(mount, work):
     """A fresh run on a read-only filesystem says to start again in another directory
     (no "free space", no ``--resume``: nothing to resume); run there, on a disk that
