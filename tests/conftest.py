@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 
-TEST_XLA_OPT = "--xla_backend_optimization_level=0"  # also in tests/pins.py (no import)
+from pins import TEST_XLA_OPT  # pins.py imports no jax at module level
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache = tempfile.mkdtemp(prefix="feudal-es-test-xla-")
