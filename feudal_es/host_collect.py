@@ -193,15 +193,20 @@ class HostCollector:
                     out_i = env.step(acts)
                 obs_i, rew, term, trunc, infos = check_step(env, acts, out_i, spec, live_i)
                 skills = np.asarray(option_skills(option)[i])
+                team_r = team_reward(infos, rew)
+                kind = self.cfg.reward
                 for j, a in enumerate(spec.agents):
                     if a not in rew:
                         continue
                     channels = (infos.get(a) or {}).get("skill_rewards")
-                    reward[i, j] = float(rew[a]) if channels is None else float(
-                        np.asarray(channels).reshape(-1)[skills[j]])
+                    local = float(rew[a])
+                    reward[i, j] = (
+                        (local if channels is None
+                         else float(np.asarray(channels).reshape(-1)[skills[j]]))
+                        if kind == "option" else local if kind == "local"
+                        else team_r if kind == "team" else local + team_r)
                     done[i, j] = float(term.get(a, False) or trunc.get(a, False))
                 mean_reward = float(np.mean(list(rew.values()))) if rew else 0.0
-                team_r = team_reward(infos, rew)
                 env_reward_sum += mean_reward
                 team_reward_sum += team_r
                 self._ep_return[i] += mean_reward

@@ -18,7 +18,7 @@ from feudal_es.mappo.config import MAPPOConfig
 from feudal_es.mappo.state import Batch, RolloutState, TrainState, keep_finite, option_skills
 from feudal_es.mappo.update import update, update_fused, uses_fused_update
 
-__all__ = ["collect", "fused_train_step", "guarded", "make_guarded_train_step",
+__all__ = ["agent_reward", "collect", "fused_train_step", "guarded", "make_guarded_train_step",
            "make_rollout", "make_train_step"]
 
 
@@ -26,6 +26,23 @@ def _option_reward(skill_rewards: jax.Array, option: Any) -> jax.Array:
     """``skill_rewards[i, skill_i]`` for every agent: [..., N, K] -> [..., N]."""
     ids = option_skills(option)
     return jnp.take_along_axis(skill_rewards, ids[..., None], axis=-1)[..., 0]
+
+
+def agent_reward(kind: str, eo: Any, option: Any) -> jax.Array:
+    """Each agent's training reward ``[..., N]`` of one step (``MAPPOConfig.reward``):
+    the held option's dense channel, the env's dense reward, the team reward given to
+    every agent, or the sum of the last two."""
+    if kind == "option":
+        return _option_reward(eo.skill_rewards, option)
+    team = jnp.broadcast_to(eo.team_reward[..., None], eo.reward.shape)
+    if kind == "local":
+        return eo.reward
+    if kind == "team":
+        return team
+    if kind == "mixed":
+        return eo.reward + team
+    raise ValueError(f"MAPPOConfig.reward must be one of option, local, team, mixed; got "
+                     f"{kind!r}")
 
 
 def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
@@ -50,7 +67,7 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
                                        ro.ep_t, ro.env_state)
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
             env, jax.random.split(k_env, e), ro.env_state, out.env_action)
-        reward = _option_reward(eo.skill_rewards, option)
+        reward = agent_reward(cfg.reward, eo, option)
         ep_return = ro.ep_return + eo.reward.mean(-1)
         ep_team = ro.ep_team_return + eo.team_reward
         step = dict(

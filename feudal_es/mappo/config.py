@@ -6,9 +6,10 @@ import dataclasses
 
 from envs.validate import check_bool, check_int, check_number
 
-__all__ = ["UPDATE_MODES", "MAPPOConfig"]
+__all__ = ["REWARDS", "UPDATE_MODES", "MAPPOConfig"]
 
 UPDATE_MODES = ("auto", "fused", "split")
+REWARDS = ("option", "local", "team", "mixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,11 @@ class MAPPOConfig:
     # in every kind of state and ES candidates that choose differently meet a competent
     # executor; evaluation and fitness episodes never explore
     option_exploration: float = 0.2
+    # what each agent is paid per step (REWARDS): "option", the dense reward channel of the
+    # option it holds (the feudal executor's); "local", the env's own dense per-agent
+    # reward; "team", the team reward (sparse: the mission signal) given to every agent;
+    # "mixed", local + team (the MERL paper's "mixed" reward of its gradient baselines)
+    reward: str = "option"
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -56,6 +62,8 @@ class MAPPOConfig:
             check_int(f"{c}.{name}", getattr(self, name), 1)
         for name in ("value_norm", "norm_advantages", "anneal_lr"):
             check_bool(f"{c}.{name}", getattr(self, name))
+        if self.reward not in REWARDS:
+            raise ValueError(f"{c}.reward must be one of {REWARDS}, got {self.reward!r}")
         if self.update not in UPDATE_MODES:
             raise ValueError(f"{c}.update must be one of {UPDATE_MODES}, got {self.update!r}")
         if (self.num_steps * self.num_envs) % self.minibatches:
