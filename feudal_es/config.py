@@ -136,6 +136,10 @@ class TrainerConfig:
     # many seeds in one program (feudal_es.seeds): () = the one run of ``seed``; else every
     # seed listed, each a run of this config with that seed, in run_dir/seed_<s>/
     seeds: tuple[int, ...] = ()
+    # mode merl-actor: rounds of its first stage (ES on the selector only, the learner's
+    # executor injected, as merl) before whole-actor ES with elitist migration
+    # (feudal_es.migration); 0 = migration from the first round
+    selector_stage_rounds: int = 0
     es: ESConfig = dataclasses.field(default_factory=ESConfig)
     mappo: MAPPOConfig = dataclasses.field(default_factory=MAPPOConfig)
     actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
@@ -188,7 +192,8 @@ class TrainerConfig:
                           ("num_skills", 1), ("checkpoint_every", 1),
                           ("keep_checkpoints", 1), ("plot_every", 1),
                           ("max_episode_steps", 1), ("population_devices", 0),
-                          ("population_chunk", 0), ("ray_workers", 0)):
+                          ("population_chunk", 0), ("ray_workers", 0),
+                          ("selector_stage_rounds", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
         for name in ("deterministic_eval", "gif"):

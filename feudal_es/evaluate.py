@@ -106,7 +106,7 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
             names.append(str(best))
             thetas.append(load_selector(best, expected_size=size)[0])
         names.append(f"{checkpoint} (current selector)")
-        thetas.append(trainer.theta_of(trainer.ts.actor))
+        thetas.append(trainer.result_theta())
     returns, metrics = trainer.rollout_stats(jnp.stack(thetas), jax.random.key(seed),
                                              episodes=episodes)
     rows = []

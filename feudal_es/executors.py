@@ -19,6 +19,7 @@ from envs.base import SwarmEnv
 from envs.gym_registration import gym_env_id
 from envs.gym_wrappers import Executor
 from envs.registration import BUNDLED_ENVS, _target_name
+from feudal_es.theta import set_es_theta
 
 __all__ = ["actor_executor", "checkpoint_executor"]
 
@@ -81,5 +82,5 @@ def checkpoint_executor(path: str | os.PathLike, core: str | type[SwarmEnv],
                          f"{want} (the env of this Selector id){hint}")
     trainer = ESTrainer.from_checkpoint(path, env=stored if is_code_reference(stored) else None)
     det = trainer.config.deterministic_eval if deterministic is None else bool(deterministic)
-    actor = trainer.ts.actor
+    actor = set_es_theta(trainer.ts.actor, trainer.result_theta(), trainer.config.es_params)
     return actor_executor(actor, det), dict(trainer.config.env_kwargs), int(actor.num_skills)

@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 
 from envs.base import SwarmEnv
-from feudal_es import es, mappo, sharding
+from feudal_es import es, mappo, migration, sharding
 from feudal_es.rollout import (
     episode,
     make_population_rollouts,
@@ -35,7 +35,8 @@ __all__ = ["JaxFunctions", "SeedFunctions", "compile_key", "fused_update", "jax_
            "seed_functions"]
 
 # the config entries that shape the compiled programs (the networks are arguments)
-_SHAPING = ("env", "env_kwargs", "mappo", "es", "episodes", "deterministic_eval")
+_SHAPING = ("env", "env_kwargs", "mappo", "es", "episodes", "deterministic_eval", "mode",
+            "selector_stage_rounds")
 
 
 def fused_update(config: TrainerConfig, core: SwarmEnv) -> bool:
@@ -80,6 +81,7 @@ class SeedFunctions:
     returns: Callable  # (actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics)
     selector: Callable  # actor -> theta[D] (what ES evolves: config.es_params)
     with_selector: Callable  # (ts, theta[D]) -> ts with theta written into its actor
+    with_mean_selector: Callable  # (ts, theta[D]) -> ts with theta's selector only
     place: Callable  # a stacked pytree -> where the seeds live (split over the mesh)
     unstack: Callable  # a stacked pytree -> one tree per seed (one jitted call)
     devices: int  # devices the seeds are split over
@@ -96,7 +98,7 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     key = compile_key(config, core, devices=[d.id for d in devices])
     if key in _CACHE:
         return _CACHE[key]
-    mcfg, es_cfg, eps = config.mappo, config.es, config.episodes
+    mcfg, eps = config.mappo, config.episodes
     fused = fused_update(config, core)
     rollouts = make_population_rollouts(core, config.deterministic_eval,
                                         population_chunk(config), config.es_params)
@@ -110,12 +112,14 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
         team_fitness = sharding.shard_population(team_fitness, mesh)
         place = lambda *args: sharding.replicate(args, mesh)
 
+    evolve = _evolve(config)
+
     @eqx.filter_jit
     def generation_jit(key, state, actor):
         def fitness(thetas, k):
             return team_fitness(thetas, actor, jax.random.split(k, eps))
 
-        return es.generation(key, state, fitness, es_cfg)
+        return evolve(key, state, actor, fitness)
 
     fitness_jit = eqx.filter_jit(team_fitness)
     local = (lambda x: x) if len(devices) == 1 else sharding.to_local
@@ -135,6 +139,21 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     return fns
 
 
+def _evolve(config: TrainerConfig) -> Callable:
+    """``(key, es_state, actor, fitness) -> (es_state, info)``: the round's ES generation
+    for ``config``'s mode: :func:`feudal_es.migration.actor_generation` for a mode that
+    migrates the learner, a plain :func:`feudal_es.es.generation` otherwise."""
+    cfg = config.es
+    if not config.plan.migrates:
+        return lambda key, state, actor, fitness: es.generation(key, state, fitness, cfg)
+
+    def evolve(key, state, actor, fitness):
+        return migration.actor_generation(key, state, actor, fitness, cfg,
+                                          migration.selector_mask(actor),
+                                          config.selector_stage_rounds)
+    return evolve
+
+
 def _seed_devices(num_seeds: int) -> int:
     """The most devices (of ``jax.devices()``) that split ``num_seeds`` evenly."""
     return max(d for d in range(1, len(jax.devices()) + 1) if num_seeds % d == 0)
@@ -147,16 +166,18 @@ def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> See
     key = compile_key(config, core, seeds=num_seeds)
     if key in _CACHE:
         return _CACHE[key]
-    mcfg, es_cfg, eps = config.mappo, config.es, config.episodes
+    mcfg, eps = config.mappo, config.episodes
     params = config.es_params
     rollouts = make_population_rollouts(core, config.deterministic_eval,
                                         population_chunk(config), params)
+
+    evolve = _evolve(config)
 
     def generation(key: jax.Array, state: es.ESState, actor: Any):
         def fitness(thetas: jax.Array, k: jax.Array) -> jax.Array:
             return rollouts(actor, thetas, jax.random.split(k, eps))[0].mean(axis=1)
 
-        return es.generation(key, state, fitness, es_cfg)
+        return evolve(key, state, actor, fitness)
 
     fused = fused_update(config, core)
     devices = _seed_devices(num_seeds) if fused else 1  # the split update: one device
@@ -184,6 +205,8 @@ def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> See
         selector=batched(lambda actor: es_theta(actor, params)),
         with_selector=batched(lambda ts, th: ts._replace(actor=set_es_theta(ts.actor, th,
                                                                             params))),
+        with_mean_selector=batched(lambda ts, th: ts._replace(
+            actor=migration.with_mean_selector(ts.actor, th))),
         place=place, unstack=eqx.filter_jit(lambda tree: [
             jax.tree.map(lambda x, i=i: x[i], tree) for i in range(num_seeds)]),
         devices=devices)

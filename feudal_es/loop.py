@@ -75,8 +75,9 @@ class RoundFns:
       generation: ``(key, es_state, learner) -> (es_state, info)``: one ES generation on
         team fitness with the learner's current executor; ``None``: no ES.
       sync_out: ``(learner, theta) -> learner``: the evolved leaves written back.
-      evaluate: ``learner -> anything``: the round's evaluation of the result (the
-        current selector's team return), or ``None``.
+      evaluate: ``RoundState -> anything``: the round's evaluation of the result (the
+        current selector's team return; the ES mean's, when the mean is the result), or
+        ``None``.
     """
 
     num_candidates: int
@@ -85,7 +86,7 @@ class RoundFns:
     sync_in: Callable[[Any, jax.Array], jax.Array]
     generation: Callable[[Any, ESState, Any], tuple[ESState, dict]] | None
     sync_out: Callable[[Any, jax.Array], Any]
-    evaluate: Callable[[Any], Any] | None = None
+    evaluate: Callable[[RoundState], Any] | None = None
 
 
 def merl_round(fns: RoundFns, state: RoundState, key: Any) -> tuple[RoundState, RoundOut]:
@@ -122,7 +123,8 @@ def merl_round(fns: RoundFns, state: RoundState, key: Any) -> tuple[RoundState, 
             raise EveryCandidateFailed([int(i) for i in np.flatnonzero(failed)])
         learner = fns.sync_out(learner, es_state.mean)
     t2 = time.perf_counter()
-    evaluation = None if fns.evaluate is None else jax.device_get(fns.evaluate(learner))
+    evaluation = None if fns.evaluate is None else jax.device_get(
+        fns.evaluate(RoundState(learner, es_state)))
     t3 = time.perf_counter()
     return RoundState(learner, es_state), RoundOut(
         steps, info, evaluation, {"gradient": t1 - t0, "es": t2 - t1, "evaluation": t3 - t2})

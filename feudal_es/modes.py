@@ -24,6 +24,9 @@ class Mode:
         (every leaf: whole-policy evolution).
       summary: one line for the CLI's help.
       frozen: what the learning curve says in the panel of a learner that does not run.
+      migrates: ES evolves the whole actor and the MAPPO learner is migrated into it
+        (:mod:`feudal_es.migration`); the run's result is then the ES mean, not the
+        learner's actor.
     """
 
     name: str
@@ -32,11 +35,16 @@ class Mode:
     es_params: str
     summary: str
     frozen: str = ""
+    migrates: bool = False
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("merl", True, True, "selector",
          "ES on the selector + MAPPO on the executor, interleaved (MERL)"),
+    Mode("merl-actor", True, True, "actor",
+         "ES on the whole actor + MAPPO, the learner migrated in when its team fitness is "
+         "higher (after TrainerConfig.selector_stage_rounds rounds of merl)",
+         migrates=True),
     Mode("es", False, True, "actor", "ES on the whole actor, no MAPPO (MERL's EA-only)",
          "executor evolved by ES, no MAPPO (mode es)"),
     Mode("es-selector", False, True, "selector",

@@ -31,6 +31,7 @@ log = logging.getLogger("feudal_es.trainer")
 # row column: ES info key
 _ES_COLUMNS = {"fitness_best": "best_fitness", "fitness_mean": "mean_fitness",
                "sigma": "sigma", "num_invalid": "num_invalid"}
+_MIGRATION_KEYS = ("migrated", "learner_fitness", "incumbent_fitness")
 
 
 def step_metrics(steps: list[tuple[dict, Any]], seed: int | None, sps: float) -> list[dict]:
@@ -56,6 +57,8 @@ def round_row(round_: int, env_steps: int, evaluation: tuple[np.ndarray, dict],
                            "selector_fitness_std": float(ret.std())}
     row.update({f"env/{k}": float(np.mean(v)) for k, v in env_metrics.items()})
     row.update({col: None if info is None else info[k] for col, k in _ES_COLUMNS.items()})
+    if info is not None and "migrated" in info:  # mode merl-actor (feudal_es.migration)
+        row.update({f"migration/{k}": info[k] for k in _MIGRATION_KEYS})
     for k in steps[0] if steps else ():
         vals = [m[k] for m in steps]
         row[f"mappo/{k}"] = (vals[-1] if k == "env_steps" else sum(vals)

@@ -27,6 +27,7 @@ from envs.base import has_option_goals
 from feudal_es import budget, es, mappo
 from feudal_es.config import TrainerConfig
 from feudal_es.functions import jax_functions
+from feudal_es.migration import migration_env_steps
 from feudal_es.pettingzoo_host import EnvNotices
 from feudal_es.resolve import ResolvedEnv
 from feudal_es.rollout import members_at_once, population_chunk
@@ -138,7 +139,10 @@ class JaxRuntime:
         """Swarm steps a round simulates: MAPPO samples, ES fitness episodes (members x
         episodes x horizon) and the current selector's evaluation episodes."""
         horizon = self.core.max_steps * self.config.episodes
-        return mappo_steps + (es_candidates + 1) * horizon
+        steps = mappo_steps + (es_candidates + 1) * horizon
+        if es_candidates and self.config.plan.migrates:
+            steps += migration_env_steps(self.config.episodes, self.core.max_steps)
+        return steps
 
     def close(self) -> None:
         """Nothing to release."""
@@ -158,6 +162,10 @@ class HostRuntime:
         from feudal_es import host
 
         self.config = config
+        if config.plan.migrates:
+            raise ValueError(f"mode {config.mode} migrates the learner into whole-actor ES "
+                             f"inside one jitted generation: it needs a bundled JAX env; "
+                             f"{config.env} runs on the host path (use mode merl or es)")
         if config.actor.option_ends:
             raise ValueError("actor.option_ends=true needs an env whose options can end "
                              "(a bundled JAX env with skill_done, e.g. feudal_es/Rover-v0); "

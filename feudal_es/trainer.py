@@ -39,6 +39,7 @@ from feudal_es.keys import KeySchedule, chain_key, root_keys
 from feudal_es.loop import EveryCandidateFailed, RoundFns, RoundState, merl_round
 from feudal_es.recorder import Progress, RunRecorder, round_row, step_metrics
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
+from feudal_es.round_fns import round_fns
 from feudal_es.rundir import check_new_run_dir, clean, default_run_dir, write_config
 from feudal_es.runlock import RunLock
 from feudal_es.runtime import make_runtime
@@ -170,6 +171,20 @@ class ESTrainer:
         """What ES evolves (``config.es_params``: the selector, or the whole actor)."""
         return es_theta(actor, self.config.es_params)
 
+    def result_theta(self, state: RoundState | None = None) -> jax.Array:
+        """What ES evolves of the run's *result* (``state``: one seed's; default: the
+        current state, stacked over seeds when batched): the learner's actor's
+        (:meth:`theta_of`), or the ES mean in a mode that migrates the learner into
+        whole-actor ES (there the learner is only a source of candidates, see
+        :mod:`feudal_es.migration`)."""
+        stacked = state is None and self.many
+        state = self.state if state is None else state
+        if self.config.plan.migrates:
+            return state.es.mean
+        if stacked:
+            return self.batched.selector(state.learner.actor)
+        return self.theta_of(state.learner.actor)
+
     @property
     def skill_names(self) -> tuple[str, ...]:
         return tuple(self.runtime.skill_names)
@@ -205,52 +220,23 @@ class ESTrainer:
         ``split(key, episodes)`` (the same for every seed): team returns ``[S, E]`` and
         final env metrics ``{name: [S, E]}``."""
         if not self.many:
-            ret, metrics = self.rollout_stats(self.theta_of(self.ts.actor)[None], key,
+            ret, metrics = self.rollout_stats(self.result_theta()[None], key,
                                               episodes=episodes)
         else:
             b = self.batched
             self.runtime.check_evaluation(len(self.seeds), episodes, len(self.seeds))
             keys = b.place(jnp.stack([jax.random.split(key, episodes)] * len(self.seeds)))
             ret, metrics = jax.device_get(b.returns(self.ts.actor,
-                                                    b.selector(self.ts.actor)[:, None], keys))
+                                                    self.result_theta()[:, None], keys))
             ret, metrics = ret[:, 0], {k: v[:, 0] for k, v in metrics.items()}
         return np.asarray(ret), {k: np.asarray(v) for k, v in metrics.items()}
 
     # --- the round's functions, chosen once ---------------------------------------------
     def round_fns(self) -> RoundFns:
-        """The pieces of :func:`~feudal_es.loop.merl_round` for this config: MAPPO's
-        guarded train step (when the mode trains the executor), the ES generation (when it
-        runs ES), the sync hooks on ``config.es_params`` and the current selector's
-        evaluation episodes; batched over seeds when there are several."""
-        cfg, rt, params = self.config, self.runtime, self.config.es_params
-        if self.many:
-            b = self.batched
-            eval_keys = b.place(jnp.stack([jax.random.split(k.eval, cfg.episodes)
-                                           for k in self._keys]))
-            guarded, sync_out = b.guarded_step, b.with_selector
-            sync_in = lambda ts, theta: b.selector(ts.actor)
-            generation = lambda keys, state, ts: b.generation(keys[0], state, ts.actor)
-            evaluate = lambda ts: b.returns(ts.actor, b.selector(ts.actor)[:, None],
-                                            eval_keys)
-        else:
-            guarded = rt.guarded_step
-            sync_in = lambda ts, theta: es_theta(ts.actor, params)
-            sync_out = lambda ts, theta: ts._replace(actor=set_es_theta(ts.actor, theta,
-                                                                        params))
-            generation = lambda keys, state, ts: rt.generation(keys[0], state, ts.actor,
-                                                               keys[1])
-            evaluate = lambda ts: rt.returns(ts.actor, es_theta(ts.actor, params)[None],
-                                             self._keys[0].eval, cfg.episodes)
-
-        def step(ts: mappo.TrainState) -> tuple[mappo.TrainState, tuple[dict, jax.Array]]:
-            ts, metrics, skipped = guarded(ts)
-            return ts, (metrics, skipped)
-
-        return RoundFns(num_candidates=cfg.es.num_candidates,
-                        grad_steps=cfg.grad_steps_per_outer,
-                        step=step if cfg.trains_executor else None, sync_in=sync_in,
-                        generation=generation if cfg.runs_es else None, sync_out=sync_out,
-                        evaluate=evaluate)
+        """The pieces of :func:`~feudal_es.loop.merl_round` for this trainer
+        (:func:`feudal_es.round_fns.round_fns`)."""
+        return round_fns(self.config, self.runtime, self.batched,
+                         [k.eval for k in self._keys])
 
     def round_keys(self, round_: int) -> tuple[Any, jax.Array | None]:
         """Round ``round_``'s keys: its ES generation's (each seed's ES key chain advanced
@@ -369,7 +355,7 @@ class ESTrainer:
         self.state, self.round, self.histories = state, r + 1, histories
         last = self.round >= self._end
         for i, rec in enumerate(self.recorders):
-            rec.record(histories[i], self.theta_of(states[i].learner.actor),
+            rec.record(histories[i], self.result_theta(states[i]),
                        self.checkpoint_metadata(i),
                        lambda i=i: self._save(i, states[i]), last)
         if self._pbar is not None:
@@ -456,7 +442,11 @@ class ESTrainer:
                        ) -> list[np.ndarray]:
         """Frames of one deterministic episode with ``actor`` (default: seed ``index``'s
         current one) and ES parameters ``theta`` (default: the actor's)."""
-        actor = self.seed_states()[index].learner.actor if actor is None else actor
+        if actor is None:
+            state = self.seed_states()[index]
+            actor = state.learner.actor
+            if theta is None and self.config.plan.migrates:
+                theta = state.es.mean
         if theta is not None:
             actor = set_es_theta(actor, jnp.asarray(theta), self.config.es_params)
         seed = self.seeds[index] if seed is None else seed

@@ -61,9 +61,11 @@ def tell(
 
 
 def generation(
-    key: jax.Array, state: ESState, fitness_fn: FitnessFn, cfg: ESConfig
+    key: jax.Array, state: ESState, fitness_fn: FitnessFn, cfg: ESConfig,
+    mask: jax.Array | None = None,
 ) -> tuple[ESState, dict[str, jax.Array]]:
-    """One ES generation: ask, ``fitness_fn(population[P, D], key) -> [P]``, tell.
+    """One ES generation: ask, ``fitness_fn(population[P, D], key) -> [P]``, tell
+    (``mask``: :func:`~feudal_es.evolution.state.ask`'s, the coordinates that move).
 
     ``fitness_fn`` receives ONE key per generation, so every member can see the same env
     seeds (common random numbers). Jit it with ``fitness_fn`` and ``cfg`` static (see
@@ -72,7 +74,7 @@ def generation(
     and fitness.
     """
     key_ask, key_eval = jax.random.split(key)
-    population, noise = ask(key_ask, state, cfg)
+    population, noise = ask(key_ask, state, cfg, mask)
     fitness = fitness_fn(population, key_eval)
     return tell(state, noise, fitness, cfg)
 

@@ -43,13 +43,19 @@ def init(theta: jax.Array, cfg: ESConfig, sigma: float | None = None) -> ESState
     )
 
 
-def ask(key: jax.Array, state: ESState, cfg: ESConfig) -> tuple[jax.Array, jax.Array]:
+def ask(key: jax.Array, state: ESState, cfg: ESConfig, mask: jax.Array | None = None
+        ) -> tuple[jax.Array, jax.Array]:
     """Sample the antithetic population: ``(population[P, D], noise[P, D])``.
 
     ``noise = [ε; -ε]`` with ``ε ~ N(0, I)`` of shape ``[P/2, D]``, so row ``i`` and row
-    ``i + P/2`` are exact negatives; ``population = mean + sigma * noise``.
+    ``i + P/2`` are exact negatives; ``population = mean + sigma * noise``. ``mask[D]``
+    (0 or 1) zeroes the noise of the coordinates it holds at 0: every candidate keeps
+    the mean's value there and the update's gradient estimate is exactly 0 there (ES on
+    a subset of θ, e.g. the selector's coordinates of a whole-actor θ).
     """
     half = cfg.num_candidates // 2
     eps = jax.random.normal(key, (half, state.mean.shape[0]), jnp.float32)
+    if mask is not None:
+        eps = eps * jnp.asarray(mask, jnp.float32)
     noise = jnp.concatenate([eps, -eps], axis=0)
     return state.mean[None, :] + state.sigma * noise, noise
