@@ -6,8 +6,10 @@ base config per env, so every arm shares every hyperparameter it uses.
 
 Env-step accounting (the same for every arm): one env step = one step of one swarm env
 copy. A round of ``ESTrainer`` spends ``grad_steps_per_outer * mappo.batch_size`` steps on
-MAPPO rollouts (modes ``merl``, ``mappo``) and ``es.num_candidates * episodes * max_steps``
-steps on ES fitness episodes (modes ``merl``, ``es``). The trainer's per-round logging
+MAPPO rollouts (modes ``merl``, ``merl-actor``, ``mappo``) and
+``es.num_candidates * episodes * max_steps`` steps on ES fitness episodes (modes ``merl``,
+``merl-actor``, ``es``), plus ``2 * episodes * max_steps`` for ``merl-actor``'s elitist
+comparison of the mean and the learner. The trainer's per-round logging
 episodes (the current policy's fitness, used only to draw the curves) are a measurement,
 not training, and are counted for no arm. Each arm runs ``budget / steps_per_round``
 rounds, so all arms end at the same budget (the budget is rounded up to a common multiple
@@ -21,6 +23,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from feudal_es.migration import migration_env_steps
+
 __all__ = ["ABLATION_ARMS", "ARMS", "ARM_LABELS", "arm_config", "equal_budget", "merge",
            "round_sizes", "steps_per_round"]
 
@@ -31,13 +35,25 @@ ARMS: dict[str, dict[str, Any]] = {
     "mappo_fixed": {"mode": "mappo", "actor": {"options": "fixed"}},
     "es": {"mode": "es"},
     "mappo": {"mode": "mappo"},  # MAPPO alone (the selector frozen; envs without options)
+    # issue 31: team fitness that reaches the executor (feudal_es.migration) ...
+    "merl_actor": {"mode": "merl-actor"},  # the learner migrated in from round 0
+    "merl_two_stage": {"mode": "merl-actor"},  # its study sets selector_stage_rounds
+    # ... and the MERL paper's gradient baselines (one fixed option: plain MAPPO)
+    "mappo_mixed": {"mode": "mappo", "actor": {"options": "fixed"},
+                    "mappo": {"reward": "mixed"}},
+    "mappo_team": {"mode": "mappo", "actor": {"options": "fixed"},
+                   "mappo": {"reward": "team"}},
 }
 ABLATION_ARMS = ("merl", "mappo_uniform", "mappo_fixed", "es")  # the MERL paper's set
 ARM_LABELS = {"merl": "MERL (ES selector + MAPPO executor)",
               "mappo_uniform": "MAPPO-only, uniform-random options",
               "mappo_fixed": "MAPPO-only, fixed option",
               "es": "ES-only (whole actor)",
-              "mappo": "MAPPO (frozen selector)"}
+              "mappo": "MAPPO (frozen selector)",
+              "merl_actor": "MERL-actor (whole-actor ES, learner migrated in)",
+              "merl_two_stage": "MERL two-stage (selector ES, then whole-actor + migration)",
+              "mappo_mixed": "MAPPO, mixed reward (local + team)",
+              "mappo_team": "MAPPO, team reward"}
 
 
 def merge(base: dict, over: dict) -> dict:
@@ -62,6 +78,8 @@ def steps_per_round(config: Any, max_steps: int) -> int:
         steps += config.grad_steps_per_outer * mcfg.batch_size
     if config.runs_es:
         steps += ecfg.num_candidates * config.episodes * max_steps
+        if config.plan.migrates:  # the elitist comparison's episodes
+            steps += migration_env_steps(config.episodes, max_steps)
     return steps
 
 

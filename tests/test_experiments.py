@@ -337,3 +337,50 @@ def test_mpe_peer_falls_back_to_the_anchor_readme_with_a_warning(monkeypatch, ca
     monkeypatch.setattr(bench.vs_jaxmarl, "anchor", lambda algo, steps: measured)
     assert mpe.peer(1000) == {"source": "measured in this job", **measured}
     assert capsys.readouterr().err == ""
+
+
+def test_rover_merl_budget_and_migration_steps_by_hand():
+    """RoverMERL's arms at 2M: MERL 4 x 32 x 50 MAPPO + 32 x 4 x 50 ES = 12,800 steps a
+    round; merl-actor adds its elitist comparison (mean and learner, 4 episodes x 50 each)
+    = 13,200; MAPPO and ES alone 6,400. The common multiple is 422,400; 2M rounds up to 5
+    of them."""
+    from experiments import rover_merl
+
+    base = rover_merl.base_config(8, 4)
+    sizes = round_sizes(base, 50, rover_merl.ARMS, rover_merl.extra())
+    assert sizes == {"merl": 12_800, "merl_actor": 13_200, "merl_two_stage": 13_200,
+                     "mappo_uniform": 6_400, "mappo_mixed": 6_400, "mappo_team": 6_400,
+                     "es": 6_400}
+    budget, rounds = equal_budget(base, 50, rover_merl.BUDGET, rover_merl.ARMS,
+                                  rover_merl.extra())
+    assert budget == 5 * math.lcm(12_800, 13_200, 6_400) == 2_112_000
+    assert rounds["merl_actor"] == 160 and rounds["es"] == 330
+    two = TrainerConfig.from_dict(arm_config(base, "merl_two_stage",
+                                             rover_merl.extra()["merl_two_stage"]))
+    assert two.mode == "merl-actor" and two.selector_stage_rounds == rover_merl.STAGE_ROUNDS
+    mixed = TrainerConfig.from_dict(arm_config(base, "mappo_mixed"))
+    assert (mixed.mappo.reward, mixed.actor.options, mixed.mode) == ("mixed", "fixed", "mappo")
+
+
+def test_rover_merl_goals_on_a_synthetic_report():
+    from experiments import rover_merl
+
+    def runs(arm, level):  # a flat training curve at ``level``
+        return {"arm": arm, "curve": {"env_steps": [100_000, 2_000_000],
+                                      "fitness": [level, level]}}
+
+    arms = {"merl": [0.50, 0.52, 0.51], "merl_actor": [0.70, 0.72, 0.71],
+            "merl_two_stage": [0.6, 0.6, 0.6], "mappo_uniform": [0.2, 0.25, 0.22],
+            "mappo_mixed": [0.1, 0.1, 0.12], "mappo_team": [0.0, 0.0, 0.01],
+            "es": [0.0, 0.05, 0.0]}
+    report = _report({"8 rovers / coupling 4": arms, "12 rovers / coupling 6": arms}, 1.0)
+    for v in report["variants"].values():
+        v["runs"] = [runs(a, np.mean(x)) for a, x in arms.items()]
+    got = rover_merl.goals(report)
+    assert [g["met"] for g in got] == [True, True, True, True]
+    assert "merl_actor" in got[1]["goal"]  # the best feudal variant by held-out mean
+    arms["mappo_uniform"] = [0.69, 0.75, 0.73]  # overlapping intervals: not disjoint
+    report = _report({"8 rovers / coupling 4": arms}, 1.0)
+    report["variants"]["8 rovers / coupling 4"]["runs"] = [runs(a, 0.3) for a in arms]
+    got = rover_merl.goals(report)
+    assert [g["met"] for g in got] == [True, False, False]  # curve never reaches 0.5
