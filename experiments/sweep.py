@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import coverage, rover, swarm
+from experiments import coverage, rover, rover_merl, swarm
 from experiments.arms import ABLATION_ARMS, arm_config, equal_budget, merge
 from experiments.machine import Timer, machine_note
 from experiments.report import RESULTS, slug, write_json
@@ -41,7 +41,10 @@ EVAL_EPISODES = 32
 class Study:
     """What a sweep needs of a study: its base config (``base(run_root)``, called once per
     sweep: Coverage pretrains the executor every arm starts from there), horizon, probes,
-    arms, the arms' own overrides and the env-step budget per run."""
+    arms, the arms' own overrides, the env-step budget per run and the seeds; ``feudal``
+    lists the study's variants of the feudal method: the sweep names the one the study
+    reports as *the method* (the variant with the best validation mean at the best
+    probe), so no reported seed picks it."""
 
     base: Callable[[Path], dict]
     max_steps: int
@@ -49,6 +52,8 @@ class Study:
     extra: dict[str, dict] = dataclasses.field(default_factory=dict)
     arms: tuple[str, ...] = ABLATION_ARMS
     budget: int = BUDGET
+    seeds: tuple[int, ...] = SEEDS
+    feudal: tuple[str, ...] = ()  # variants of the method: the best probe's best one wins
 
 
 def _coverage_base(run_root: Path) -> dict:
@@ -110,10 +115,21 @@ STUDIES: dict[str, Study] = {
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": coverage.COVER}}},
         arms=coverage.ARMS, budget=40_000),
+    # MERL's rover (issue 31): ES's step size decides whether whole-actor ES (ES-only,
+    # merl_actor's stage 2) can move the executor at all; it also picks the method among
+    # the feudal variants. A quarter of the study's budget, two seeds (one per core).
+    "rover_merl": Study(
+        lambda _: rover_merl.base_config(8, 4), rover_merl.MAX_STEPS,
+        probes=[
+            ("ES sigma 0.1", {"es": {"sigma": 0.1}}),
+            ("ES sigma 0.03", {"es": {"sigma": 0.03}}),
+        ],
+        extra=rover_merl.extra(), arms=rover_merl.ARMS, budget=500_000, seeds=(100, 101),
+        feudal=rover_merl.FEUDAL),
 }
 
 
-def run(study: str, seeds: Sequence[int] = SEEDS, budget: int | None = None,
+def run(study: str, seeds: Sequence[int] | None = None, budget: int | None = None,
         eval_episodes: int = EVAL_EPISODES, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/sweeps"), probes: Sequence[str] | None = None
         ) -> dict[str, Any]:
@@ -121,6 +137,10 @@ def run(study: str, seeds: Sequence[int] = SEEDS, budget: int | None = None,
     per run (default: the study's); write the report."""
     spec, clock = STUDIES[study], Timer()
     budget = spec.budget if budget is None else budget
+    seeds = spec.seeds if seeds is None else tuple(seeds)
+    if min(seeds) < min(SEEDS):
+        raise ValueError(f"a sweep's seeds start at {min(SEEDS)} (the studies report seeds "
+                         f"0-9); got {list(seeds)}")
     chosen = [p for p in spec.probes if probes is None or p[0] in probes]
     if not chosen:
         raise ValueError(f"no probe of {study!r} is named {list(probes or [])}; its probes: "
@@ -148,6 +168,8 @@ def run(study: str, seeds: Sequence[int] = SEEDS, budget: int | None = None,
               "eval_episodes": eval_episodes, "validation_seed": VALIDATION_SEED,
               "score": "mean over arms of the validation team return (higher is better)",
               "probes": results, "best": ranked[0]["probe"],
+              **({"method": max(spec.feudal, key=lambda a: ranked[0]["arms"][a]["mean"])}
+                 if spec.feudal else {}),
               "wall_time_s": round(clock(), 1), "machine": machine_note()}
     write_json(out_dir / f"sweep-{study}.json", report)
     (out_dir / f"sweep-{study}.md").write_text(markdown(report))
@@ -162,7 +184,9 @@ def markdown(report: dict) -> str:
              f"{report['probes'][0]['env_steps']:,} env steps per run, "
              f"{report['eval_episodes']} validation episodes; mean ± 95% interval over "
              f"seeds. A probe is the study's `configs/` file with the fields it names "
-             f"set. Best: **{report['best']}**. Wall time "
+             f"set. Best: **{report['best']}**"
+             + (f"; the method: **{report['method']}**" if "method" in report else "")
+             + f". Wall time "
              f"{report['wall_time_s'] / 60:.1f} min.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in report["probes"]:
@@ -178,11 +202,12 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("study", choices=list(STUDIES))
     p.add_argument("--probes", nargs="+", help="run only these probes (by name)")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--seeds", type=int, nargs="+",
+                   help="default: the study's (100 103 for most)")
     p.add_argument("--budget", type=int, help="env steps per run (default: the study's)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
-    run(a.study, tuple(a.seeds), a.budget, out_dir=a.out, probes=a.probes)
+    run(a.study, a.seeds, a.budget, out_dir=a.out, probes=a.probes)
 
 
 if __name__ == "__main__":

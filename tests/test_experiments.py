@@ -14,7 +14,7 @@ import pytest
 
 from experiments import machine
 from experiments.arms import arm_config, equal_budget, merge, round_sizes, steps_per_round
-from experiments.report import markdown, merge_reports, slug
+from experiments.report import RESULTS, markdown, merge_reports, slug
 from experiments.stats import above, curve_band, mean_ci, on_grid, overlap, summarize
 from experiments.training import (
     HELDOUT_SEED,
@@ -362,8 +362,10 @@ def test_rover_merl_budget_and_migration_steps_by_hand():
     assert (mixed.mappo.reward, mixed.actor.options, mixed.mode) == ("mixed", "fixed", "mappo")
 
 
-def test_rover_merl_goals_on_a_synthetic_report():
+def test_rover_merl_goals_on_a_synthetic_report(monkeypatch):
     from experiments import rover_merl
+
+    monkeypatch.setattr(rover_merl, "METHOD", "merl_actor")
 
     def runs(arm, level):  # a flat training curve at ``level``
         return {"arm": arm, "curve": {"env_steps": [100_000, 2_000_000],
@@ -378,9 +380,27 @@ def test_rover_merl_goals_on_a_synthetic_report():
         v["runs"] = [runs(a, np.mean(x)) for a, x in arms.items()]
     got = rover_merl.goals(report)
     assert [g["met"] for g in got] == [True, True, True, True]
-    assert "merl_actor" in got[1]["goal"]  # the best feudal variant by held-out mean
+    assert "merl_actor" in got[1]["goal"]  # the sweep's method, ...
+    monkeypatch.setattr(rover_merl, "METHOD", "merl")  # ... not the best held-out mean
+    got = rover_merl.goals(report)
+    assert "(merl," in got[1]["goal"] and [g["met"] for g in got] == [True, False, True,
+                                                                      True]
+    monkeypatch.setattr(rover_merl, "METHOD", "merl_actor")
     arms["mappo_uniform"] = [0.69, 0.75, 0.73]  # overlapping intervals: not disjoint
     report = _report({"8 rovers / coupling 4": arms}, 1.0)
     report["variants"]["8 rovers / coupling 4"]["runs"] = [runs(a, 0.3) for a in arms]
     got = rover_merl.goals(report)
     assert [g["met"] for g in got] == [True, False, False]  # curve never reaches 0.5
+
+
+def test_rover_merl_method_is_the_one_its_sweep_chose():
+    from experiments import rover_merl, sweep
+
+    spec = sweep.STUDIES["rover_merl"]
+    assert min(spec.seeds) >= 100 and spec.feudal == rover_merl.FEUDAL
+    assert rover_merl.METHOD in rover_merl.FEUDAL
+    recorded = RESULTS / "sweep-rover_merl.json"
+    if recorded.exists():  # the landed sweep named the method the study reports
+        assert json.loads(recorded.read_text())["method"] == rover_merl.METHOD
+    with pytest.raises(ValueError, match="start at 100"):
+        sweep.run("rover_merl", seeds=(0, 1))
