@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # (.ci/run) installs both first: `.venv/bin/pip install -e ".[ray,jaxmarl]"`.
 EXTRAS ?= dev
 
-.PHONY: demo test test-slow lint bench results clean
+.PHONY: demo test test-slow lint bench results results-merl clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench: $(STAMP)
 results: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[jaxmarl]"
 	$(BIN)/python -m experiments.all
+
+# MERL's rover (7 arms x 10 seeds at 2M env steps): its own job, see the README
+results-merl: $(STAMP)
+	$(BIN)/python -m experiments.all --only rover_merl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
