@@ -29,10 +29,9 @@ from experiments.arms import ABLATION_ARMS, arm_config, equal_budget, merge
 from experiments.machine import Timer, machine_note
 from experiments.report import RESULTS, slug, write_json
 from experiments.stats import fmt_ci, summarize
-from experiments.training import train_arm
+from experiments.training import SWEEP_SEEDS, VALIDATION_SEED, train_arm
 
-VALIDATION_SEED = 654_321  # root of the sweeps' validation episodes (not the held-out key)
-SEEDS = (100, 101, 102, 103)  # four seeds: two per device on a 2-core CPU
+SEEDS = SWEEP_SEEDS  # four seeds: two per device on a 2-core CPU
 BUDGET = 250_000  # env steps per run, every arm
 EVAL_EPISODES = 32
 

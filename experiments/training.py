@@ -31,11 +31,14 @@ from experiments.machine import Timer, machine_note
 from experiments.report import slug, write_report
 from experiments.stats import above, fmt_ci, summarize
 
-__all__ = ["HELDOUT_SEED", "SEEDS", "Variant", "compare_arms", "heldout_keys", "merl_beats",
-           "reference_returns", "run_variant", "train_arm"]
+__all__ = ["HELDOUT_SEED", "SEEDS", "SWEEP_SEEDS", "VALIDATION_SEED", "Variant",
+           "compare_arms", "heldout_keys", "merl_beats", "reference_returns", "run_variant",
+           "train_arm"]
 
 SEEDS = tuple(range(10))  # every study's default seeds
 HELDOUT_SEED = 123_456  # root of the held-out evaluation episodes (never used in training)
+VALIDATION_SEED = 654_321  # root of every sweep's validation episodes (not the held-out key)
+SWEEP_SEEDS = (100, 101, 102, 103)  # a sweep's seeds start here, disjoint from SEEDS
 
 
 def heldout_keys(episodes: int, root: int = HELDOUT_SEED) -> Any:
