@@ -13,9 +13,12 @@ and whole-actor ES (MERL's EA-only). Options end when their POI is observed
 Goals (issue 31, 8 rovers / coupling 4): ES-only <= 0.15 (MERL's EA-only); the method
 (:data:`METHOD`, the feudal variant ``python -m experiments.sweep rover_merl`` chose) >=
 0.55 and above every baseline with disjoint 95% CIs; its mean training curve past 0.5
-within 500k env steps. 12 rovers / coupling 6: the method above every baseline.
+within 500k env steps. 12 rovers / coupling 6: the method above every baseline. Rover-v0
+at coupling 4 (``--variants v0``: the method, ``merl`` and ES-only on
+``configs/rover.json``): the method >= 0.670 (ES-only's at 2M) and above ``merl`` with
+disjoint CIs, its curve past 0.5 within 300k env steps.
 
-    python -m experiments.rover_merl [--scale 1.0] [--seeds 0 ... 9] [--variants 8x4 12x6]
+    python -m experiments.rover_merl [--scale 1.0] [--seeds 0 ... 9] [--variants 8x4 12x6 v0]
 """
 
 from __future__ import annotations
@@ -44,7 +47,10 @@ METHOD = "merl"
 BASELINES = ("mappo_uniform", "mappo_mixed", "mappo_team", "es")
 ARMS = FEUDAL + BASELINES
 VARIANTS = {"8x4": (8, 4), "12x6": (12, 6)}  # MERL's pairings: rovers x coupling
+V0 = "v0"  # the project's Rover-v0 at coupling 4 (configs/rover.json): did the method
+V0_LABEL = "Rover-v0 / coupling 4"  # keep MERL's speed and pass ES-only's 2M level?
 GOAL_REWARD, GOAL_EA_ONLY, GOAL_CURVE = 0.55, 0.15, (0.5, 500_000)
+GOAL_V0, GOAL_V0_CURVE = 0.670, (0.5, 300_000)  # ES-only at 2M (results/rover-2m)
 LABELS = dict(metric_label="fraction of POIs observed",
               fitness_label="team reward (fraction of POIs observed)")
 
@@ -75,6 +81,14 @@ def crossing(run_rows: list[dict], arm: str, level: float) -> float | None:
     return float(grid[hit[0]]) if hit.size else None
 
 
+def _curve_goal(label: str, v: dict, arm: str, level: float, by: int) -> dict:
+    at = crossing(v["runs"], arm, level)
+    return {"goal": f"{label}: {arm}'s mean training curve passes {level} within {by:,} "
+                    "env steps",
+            "met": bool(at is not None and at <= by),
+            "numbers": {arm: "never" if at is None else f"{at:,.0f} steps"}}
+
+
 def goals(report: dict) -> list[dict]:
     out = []
     for label, v in report["variants"].items():
@@ -82,7 +96,14 @@ def goals(report: dict) -> list[dict]:
         best = METHOD
         wins = {a: above(tr[best], tr[a]) for a in BASELINES if a in tr}
         nums = {a: fmt_ci(s["mean"], s["ci95"]) for a, s in tr.items()}
-        if label.startswith("8 rovers"):
+        if label == V0_LABEL:
+            win = above(tr[best], tr["merl"]) if best != "merl" else False
+            out.append({"goal": f"{label}: the method ({best}, the sweep's) >= {GOAL_V0} "
+                                "(ES-only at 2M) and above merl, disjoint 95% CIs",
+                        "met": bool(tr[best]["mean"] >= GOAL_V0 and win), "numbers": nums,
+                        "disjoint_wins": {"merl": win}})
+            out.append(_curve_goal(label, v, best, *GOAL_V0_CURVE))
+        elif label.startswith("8 rovers"):
             if "es" in tr:
                 out.append({"goal": f"{label}: ES-only (whole actor) <= {GOAL_EA_ONLY} "
                                     "(MERL's EA-only)",
@@ -92,12 +113,7 @@ def goals(report: dict) -> list[dict]:
                                 f"{GOAL_REWARD} and above every baseline, disjoint 95% CIs",
                         "met": bool(tr[best]["mean"] >= GOAL_REWARD and all(wins.values())),
                         "numbers": nums, "disjoint_wins": wins})
-            level, by = GOAL_CURVE
-            at = crossing(v["runs"], best, level)
-            out.append({"goal": f"{label}: {best}'s mean training curve passes {level} "
-                                f"within {by:,} env steps",
-                        "met": bool(at is not None and at <= by),
-                        "numbers": {best: "never" if at is None else f"{at:,.0f} steps"}})
+            out.append(_curve_goal(label, v, best, *GOAL_CURVE))
         else:
             out.append({"goal": f"{label}: the method ({best}, the sweep's) above every "
                                 "baseline, disjoint 95% CIs",
@@ -114,14 +130,23 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     arms = tuple(arms)
     if not set(arms) <= set(ARMS):
         raise ValueError(f"arms must be among {ARMS}, got {arms}")
-    vs = [Variant(f"{VARIANTS[k][0]} rovers / coupling {VARIANTS[k][1]}",
-                  base_config(*VARIANTS[k]), MAX_STEPS, arms=arms, extra=extra())
-          for k in variants]
+    vs = [_variant(k, arms) for k in variants]
     report = compare_arms("rover_merl", vs, int(BUDGET * scale), seeds, eval_episodes,
                           metric="observed_frac", out_dir=out_dir, run_root=run_root,
                           goals=goals, **LABELS)
     score_histogram(report, out_dir / "rover_merl-scores.png")
     return report
+
+
+def _variant(key: str, arms: tuple[str, ...]) -> Variant:
+    if key == V0:  # the method against merl and ES-only on the project's Rover
+        from experiments import rover
+
+        mine = tuple(a for a in dict.fromkeys(("merl", METHOD, "es")) if a in arms)
+        return Variant(V0_LABEL, rover.base_config(4), MAX_STEPS, arms=mine, extra=extra())
+    rovers, coupling = VARIANTS[key]
+    return Variant(f"{rovers} rovers / coupling {coupling}", base_config(rovers, coupling),
+                   MAX_STEPS, arms=arms, extra=extra())
 
 
 def score_histogram(report: dict, path: Path) -> Path:
@@ -153,7 +178,7 @@ def score_histogram(report: dict, path: Path) -> Path:
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--variants", nargs="+", default=["8x4"], choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=["8x4"], choices=[*VARIANTS, V0])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
 
 

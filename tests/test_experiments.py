@@ -393,6 +393,27 @@ def test_rover_merl_goals_on_a_synthetic_report(monkeypatch):
     assert [g["met"] for g in got] == [True, False, False]  # curve never reaches 0.5
 
 
+def test_rover_merl_v0_goals_need_es_only_s_level_and_merl_s_speed(monkeypatch):
+    from experiments import rover_merl
+
+    monkeypatch.setattr(rover_merl, "METHOD", "merl_actor")
+    arms = {"merl": [0.55, 0.56, 0.54], "merl_actor": [0.70, 0.71, 0.69],
+            "es": [0.66, 0.68, 0.67]}
+    report = _report({rover_merl.V0_LABEL: arms}, 1.0)
+    v = report["variants"][rover_merl.V0_LABEL]
+    v["runs"] = [{"arm": a, "curve": {"env_steps": [100_000, 400_000, 2_000_000],
+                                      "fitness": [0.2, 0.6, np.mean(x)]}}
+                 for a, x in arms.items()]
+    got = rover_merl.goals(report)
+    # 0.70 >= 0.670 and disjoint above merl; the mean curve reaches 0.5 at ~325k > 300k
+    assert [g["met"] for g in got] == [True, False]
+    arms["merl_actor"] = [0.60, 0.80, 0.70]  # wide: its interval overlaps merl's
+    report = _report({rover_merl.V0_LABEL: arms}, 1.0)
+    report["variants"][rover_merl.V0_LABEL]["runs"] = v["runs"]
+    assert not rover_merl.goals(report)[0]["met"]
+    assert rover_merl._variant("v0", rover_merl.ARMS).arms == ("merl", "merl_actor", "es")
+
+
 def test_rover_merl_method_is_the_one_its_sweep_chose():
     from experiments import rover_merl, sweep
 
