@@ -43,7 +43,7 @@ class ActorConfig:
     # "uniform" (uniformly at random: MAPPO-only's random-selector ablation) or "fixed"
     # (always option ``fixed_option``: the single-option ablation)
     options: str = "learned"
-    fixed_option: int = 0
+    fixed_option: int = 0  # options="fixed": the option every agent always holds
     # the feudal time scale: env steps between the selector's decisions (it decides at
     # t = 0 of every episode and whenever t % selector_period == 0; the option is held in
     # between). It belongs to the actor: MAPPO's collection, ES fitness episodes, the

@@ -6,6 +6,19 @@ Nested configs are typed (:class:`~feudal_es.es.ESConfig`,
 files, ``--set``, Python) and validated on construction, with "did you mean" for a
 misspelled field. :data:`COMPACT_ACTOR` is the CPU-sized actor the demo and the studies
 share; :func:`demo_config` is what ``feudal-es demo`` trains.
+
+Defaults by observation kind: the settings of :data:`OBSERVATION_DEFAULTS` (the actor, the
+critic, the MAPPO budget per round) and ``num_skills`` depend on the env. What the user
+gives is used as given; each of these settings the user does not give is listed in
+:attr:`TrainerConfig.auto` and filled when the run starts
+(:func:`with_env_defaults`): a vector-observation env gets :data:`VEC_ACTOR` and the
+MAPPO budget of ``configs/rover.json``, an image one the CNN actor of the class defaults,
+and an env without skill rewards one option. "Given" means: a keyword passed to
+``TrainerConfig(...)`` (a nested config passed as a dict gives its keys only, an instance
+all of its fields), a key of a ``--config`` file (:meth:`TrainerConfig.load`), a ``--set``
+(:meth:`TrainerConfig.override`). A stored config (a run's ``config.json``, a
+checkpoint's) is read with :meth:`TrainerConfig.from_dict`, which gives every setting:
+a resumed run keeps the config it was started with.
 """
 
 from __future__ import annotations
@@ -26,10 +39,13 @@ from feudal_es.modes import MODES as _MODES
 from feudal_es.modes import Mode, mode
 
 __all__ = [
+    "AUTO_SETTINGS",
     "BACKENDS",
     "COMPACT_ACTOR",
     "MODES",
     "NESTED_CONFIGS",
+    "OBSERVATION_DEFAULTS",
+    "OBSERVATION_KINDS",
     "SEED_MAX",
     "VEC_ACTOR",
     "TrainerConfig",
@@ -61,6 +77,31 @@ COMPACT_ACTOR = ActorConfig(cnn_channels=(8,), cnn_strides=(2,), cnn_out=16, vec
 # the compact CNN actor, so MAPPO trains at the speed of the JaxMARL baselines
 VEC_ACTOR = ActorConfig(vec_hidden=(), vec_out=64, gnn_layers=0, embed_hidden=(), embed_dim=64,
                         executor_hidden=(64,), activation="relu")
+
+OBSERVATION_KINDS = ("vector", "image")  # an env with any image (rank 2/3) entry: "image"
+# What a setting the user did not give becomes, by the env's observation kind (dotted
+# paths; a setting absent here keeps its class default). "vector": VEC_ACTOR, the small
+# critic and the MAPPO budget of configs/rover.json (4 train steps of 32 envs x 50 steps
+# = 6400 env steps per round, 25x the class defaults' 256): on a vector env the class
+# defaults' large actor and 256 steps per round do not visibly learn in tens of rounds.
+# "image": the class defaults (the CNN actor).
+OBSERVATION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vector": {
+        **{f"actor.{k}": getattr(VEC_ACTOR, k) for k in (
+            "vec_hidden", "vec_out", "gnn_layers", "embed_hidden", "embed_dim",
+            "executor_hidden")},
+        "critic.hidden": (64, 64), "critic.layer_norm": False,
+        "grad_steps_per_outer": 4,
+        "mappo.num_envs": 32, "mappo.num_steps": 50, "mappo.epochs": 4,
+        "mappo.minibatches": 4, "mappo.lr": 3e-3, "mappo.critic_lr": 3e-3,
+    },
+    "image": {},
+}
+# every setting the defaults by observation kind may fill (TrainerConfig.auto lists those
+# a config leaves open); num_skills: 1 (one option) for an env without skill_names
+AUTO_SETTINGS: tuple[str, ...] = tuple(sorted(
+    {p for d in OBSERVATION_DEFAULTS.values() for p in d} | {"num_skills"}))
+_BUDGET = ("grad_steps_per_outer", "mappo.num_envs", "mappo.num_steps")
 
 
 def check_seed(name: str, value: Any) -> int:
@@ -121,9 +162,53 @@ def _nested(owner: str, name: str, value: Any) -> Any:
         raise type(e)(f"{owner}.{name}: {e}") from None
 
 
+def _open_settings(given: Mapping[str, Any]) -> tuple[str, ...]:
+    """The :data:`AUTO_SETTINGS` that ``given`` (top-level settings as given: a nested
+    config as a dict gives its keys, an instance every field) leaves open."""
+    out = []
+    for path in AUTO_SETTINGS:
+        head, _, leaf = path.partition(".")
+        if head not in given or (leaf and isinstance(given[head], Mapping)
+                                 and leaf not in given[head]):
+            out.append(path)
+    return tuple(out)
+
+
+def _assigns(path: str, given: Mapping[str, Any]) -> bool:
+    """Whether the dotted assignments ``given`` set the setting ``path``."""
+    head, _, leaf = path.partition(".")
+    if path in given:
+        return True
+    if leaf and head in given:
+        value = given[head]
+        return not isinstance(value, Mapping) or leaf in value
+    return False
+
+
+def _class_default(path: str) -> Any:
+    """The class default of the setting ``path`` (e.g. ``"mappo.num_steps"``)."""
+    head, _, leaf = path.partition(".")
+    if not leaf:
+        return next(f.default for f in dataclasses.fields(TrainerConfig) if f.name == head)
+    return next(f.default for f in dataclasses.fields(NESTED_CONFIGS[head])
+                if f.name == leaf)
+
+
+def _value(config: Any, path: str) -> Any:
+    for part in path.split("."):
+        config = getattr(config, part)
+    return config
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
-    """Everything a run needs (frozen, validated; errors name the field)."""
+    """Everything a run needs (frozen, validated; errors name the field).
+
+    The settings the user did not give that depend on the env (:data:`AUTO_SETTINGS`)
+    are listed in :attr:`auto` and filled by :func:`with_env_defaults` when the run
+    starts (see the module docstring). ``TrainerConfig(...)`` and :meth:`load` leave open
+    what they are not given; :meth:`from_dict` (stored configs) gives every setting.
+    """
 
     env: str = "feudal_es/Coverage-v0"  # registry id or "module:attr"
     env_kwargs: dict = dataclasses.field(default_factory=dict)  # passed to the env
@@ -132,7 +217,7 @@ class TrainerConfig:
     grad_steps_per_outer: int = 1  # MAPPO train steps per round
     episodes: int = 4  # episodes per team-fitness evaluation
     deterministic_eval: bool = True  # executor mode (not a sample) during fitness episodes
-    seed: int = 0
+    seed: int = 0  # every random key of the run: network init, env episodes, ES noise
     # many seeds in one program (feudal_es.seeds): () = the one run of ``seed``; else every
     # seed listed, each a run of this config with that seed, in run_dir/seed_<s>/
     seeds: tuple[int, ...] = ()
@@ -144,7 +229,10 @@ class TrainerConfig:
     mappo: MAPPOConfig = dataclasses.field(default_factory=MAPPOConfig)
     actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
     critic: CriticConfig = dataclasses.field(default_factory=CriticConfig)
-    num_skills: int = 2  # host envs without ``skill_names``: selector choices per agent
+    # host envs without ``skill_names``: the selector's options per agent, one channel
+    # each of ``infos[agent]["skill_rewards"]``. 1 = one option, the selector idle (K
+    # options without skill rewards all train on the agent's own reward)
+    num_skills: int = 1
     checkpoint_every: int = 5  # rounds between checkpoints (the last round always saves)
     keep_checkpoints: int = 3  # newest checkpoints kept
     plot_every: int = 1  # rounds between learning-curve refreshes (the last always)
@@ -169,9 +257,21 @@ class TrainerConfig:
     imports: tuple[str, ...] = ()
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
+    # settings left to the env's defaults (AUTO_SETTINGS the user did not give), filled
+    # by observation kind when the run starts; auto=[] keeps every class default. Not
+    # given: each setting not given to the constructor. Not in to_dict() or config.json
+    auto: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TrainerConfig:
+        # remember which fields the caller gave (auto not given: the others are open)
+        self = super().__new__(cls)
+        names = [f.name for f in dataclasses.fields(cls)][:len(args)]
+        object.__setattr__(self, "_given", frozenset(names) | frozenset(kwargs))
+        return self
 
     def __post_init__(self) -> None:
         c = type(self).__name__
+        given = getattr(self, "_given", frozenset(f.name for f in dataclasses.fields(self)))
         if not isinstance(self.env, str):
             raise TypeError(f"{c}.env must be a string, got {self.env!r}")
         if not self.env.strip():
@@ -211,6 +311,15 @@ class TrainerConfig:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"{c}.seeds must be distinct, got {list(self.seeds)}")
         nested = _move_settings(c, {name: getattr(self, name) for name in NESTED_CONFIGS})
+        if "auto" not in given:
+            auto = _open_settings({name: nested.get(name, getattr(self, name))
+                                   for name in given})
+        else:
+            auto = tuple(self.auto) if isinstance(self.auto, list) else self.auto
+            if not isinstance(auto, tuple) or any(p not in AUTO_SETTINGS for p in auto):
+                raise ValueError(f"{c}.auto must list settings of {list(AUTO_SETTINGS)}, "
+                                 f"got {self.auto!r}")
+        object.__setattr__(self, "auto", auto)
         for name in NESTED_CONFIGS:
             object.__setattr__(self, name, _nested(c, name, nested[name]))
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
@@ -221,12 +330,17 @@ class TrainerConfig:
 
     # --- (de)serialisation ----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (nested configs as dicts, tuples as lists)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Plain JSON-ready dict (nested configs as dicts, tuples as lists); every
+        setting, :attr:`auto` not (it is not a setting)."""
+        data = dataclasses.asdict(self)
+        del data["auto"]
+        return json.loads(json.dumps(data))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainerConfig:
-        """Build from a dict (e.g. ``config.json``); unknown keys are refused by name."""
+        """Build from a dict (e.g. ``config.json``); unknown keys are refused by name.
+        Every setting is given (what the dict omits takes its class default, as a stored
+        config needs), unless the dict lists ``auto``."""
         if not isinstance(data, Mapping):
             raise TypeError(f"a TrainerConfig must be a JSON object, got {type(data).__name__}")
         names = [f.name for f in dataclasses.fields(cls)]
@@ -235,12 +349,13 @@ class TrainerConfig:
                 close = difflib.get_close_matches(str(k), names, n=3)
                 raise ValueError(f"TrainerConfig has no field {k!r}"
                                  + (f"; did you mean {close}?" if close else ""))
-        return cls(**data)
+        return cls(**{"auto": (), **data})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> TrainerConfig:
         """Read a JSON config file (the user's own input, like a script); one that cannot
-        be read is a ``ValueError`` naming the file and why."""
+        be read is a ``ValueError`` naming the file and why. The settings of
+        :data:`AUTO_SETTINGS` the file does not give are left open (:attr:`auto`)."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8-sig"))  # BOM or not
         except FileNotFoundError:
@@ -255,6 +370,8 @@ class TrainerConfig:
                              "UTF-8 JSON") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"config file {path} is not valid JSON: {e}") from None
+        if isinstance(data, Mapping) and "auto" not in data:
+            data = {**data, "auto": _open_settings(data)}
         return cls.from_dict(data)
 
     @property
@@ -289,9 +406,10 @@ class TrainerConfig:
 
     def override(self, assignments: Mapping[str, Any]) -> TrainerConfig:
         """A copy with dotted-path assignments applied, e.g. ``{"es.sigma": 0.1,
-        "env_kwargs.num_agents": 4, "n_outer": 3}``."""
+        "env_kwargs.num_agents": 4, "n_outer": 3}``; an assigned setting is given (no
+        longer in :attr:`auto`)."""
         data = self.to_dict()
-        names = list(data)
+        names = [*data, "auto"]
         given: dict[str, tuple[str, Any]] = {}
         for path, value in assignments.items():
             new = MOVED.get(path, path)
@@ -307,11 +425,14 @@ class TrainerConfig:
                 raise ValueError(f"unknown setting {path!r}"
                                  + (f"; did you mean {close}?" if close else ""))
             if rest:
-                if not isinstance(data[head], dict):
+                if not isinstance(data.get(head), dict):
                     raise ValueError(f"setting {path!r}: {head} is not a nested config")
                 data[head] = {**data[head], rest: value}
             else:
                 data[head] = value
+        if "auto" not in data:  # still open: what was open and is not assigned here
+            values = {new: v for new, (_, v) in given.items()}
+            data["auto"] = [p for p in self.auto if not _assigns(p, values)]
         return type(self).from_dict(data)
 
 

@@ -174,7 +174,7 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     Returns ``(path, {who: {metric: mean}}, losses)``."""
     from envs.episode import run_episode, stateless
     from feudal_es.atomic import check_writable
-    from feudal_es.resolve import resolve_env
+    from feudal_es.resolve import apply_env_defaults, resolve_env
     from feudal_es.rollout import make_population_rollouts
     from feudal_es.rundir import default_run_dir
     from feudal_es.theta import selector_theta
@@ -183,6 +183,9 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     if env.kind != "jax":
         raise ValueError(f"pretrain needs a bundled env with reference policies, got "
                          f"{config.env!r}")
+    # the actor a run of this config trains (the env's defaults for what it leaves open),
+    # so that --set init_from=PATH fits it
+    config = apply_env_defaults(config, env)[0]
     core = env.core
     name, expert = expert_policy(config.env, cfg.expert)
     path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX

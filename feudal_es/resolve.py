@@ -10,24 +10,32 @@ id read from a file (a run directory, a checkpoint) never resolves that way: it 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envs.base import SwarmEnv
 from envs.registration import register_bundled_envs
+
+if TYPE_CHECKING:
+    from feudal_es.config import TrainerConfig
+    from feudal_es.env_defaults import EnvDefaults
 
 __all__ = [
     "JAXMARL_PREFIX",
     "ResolvedEnv",
     "UntrustedEnvError",
+    "apply_env_defaults",
     "is_code_reference",
+    "observation_kind",
     "registered_ids",
     "resolve_env",
     "resolve_stored_env",
+    "trainable_ids",
 ]
 
 JAXMARL_PREFIX = "jaxmarl/"  # jaxmarl/<name>: a JaxMARL env on the JAX path (optional extra)
@@ -233,3 +241,80 @@ def resolve_stored_env(env: str, env_kwargs: Mapping[str, Any], imports: Sequenc
         raise ValueError(f"the run's env {env!r} is not registered in this process; the "
                          f"run was started with {flags}: pass {flags} (a run directory "
                          "never imports modules itself)") from None
+
+
+def observation_kind(space: Any) -> str:
+    """``"image"`` for an observation space with an image entry (a Box of rank 2 or 3,
+    alone or in a Dict: the CNN reads it), else ``"vector"``."""
+    leaves = space.spaces.values() if hasattr(space, "spaces") and isinstance(
+        space.spaces, Mapping) else [space]
+    return "image" if any(len(getattr(s, "shape", None) or ()) >= 2 for s in leaves) \
+        else "vector"
+
+
+def apply_env_defaults(config: TrainerConfig, env: ResolvedEnv
+                       ) -> tuple[TrainerConfig, EnvDefaults]:
+    """``config`` with the settings it leaves open filled by the defaults of ``env``'s
+    observation kind and skills (:func:`feudal_es.env_defaults.with_env_defaults`), and what
+    was chosen. A host env is built once to read its spaces and ``skill_names`` (not
+    reset or stepped: that is the run's checked probe, after its memory check); without
+    ``skill_names`` it has one option unless ``num_skills`` is given."""
+    from feudal_es.env_defaults import with_env_defaults
+
+    if env.kind == "jax":
+        core = env.core
+        return with_env_defaults(config, observation_kind(core.observation_space),
+                                 len(core.skill_names), named_skills=True)
+    from feudal_es.pettingzoo_host import HostEnvSpec
+
+    probe = env.make()
+    try:
+        spec = HostEnvSpec(probe, num_skills=config.num_skills)
+        named = bool(getattr(probe, "skill_names", None))
+    finally:
+        close = getattr(probe, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+    return with_env_defaults(config, observation_kind(spec.observation_space),
+                             len(spec.skill_names) if named else None, named_skills=named)
+
+
+def _reason(env_id: str, err: Exception) -> str:
+    """Why ``env_id`` does not train, in one line (the error's own words)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    text = text.removeprefix(f"{env_id}: ")
+    if isinstance(err, ValueError):
+        return text
+    if isinstance(err, ImportError):
+        return f"needs a package that is not installed ({text})"
+    return f"cannot be made with its default arguments ({type(err).__name__}: {text})"
+
+
+def trainable_ids(env_ids: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """``(trainable, refused)``: which of ``env_ids`` (registry ids or ``jaxmarl/<name>``,
+    not bundled ones) a run accepts, and for each refused id why, in one line: each env
+    is made once with its default arguments and checked as a run checks it (one shared
+    observation and action space the actor can read: :class:`HostEnvSpec`, or the
+    JaxMARL adapter's checks). Made, not trained: an env that fails later is not seen."""
+    import warnings
+
+    from feudal_es.pettingzoo_host import HostEnvSpec
+
+    ok: list[str] = []
+    refused: dict[str, str] = {}
+    for env_id in env_ids:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                env = resolve_env(env_id)
+                if env.kind == "host":
+                    probe = env.make()
+                    HostEnvSpec(probe)
+                    with contextlib.suppress(Exception):
+                        probe.close()
+        except Exception as e:  # any failure is the reason it is refused
+            refused[env_id] = _reason(env_id, e)
+        else:
+            ok.append(env_id)
+    return ok, refused

@@ -38,7 +38,7 @@ from feudal_es.functions import SeedFunctions, seed_functions
 from feudal_es.keys import KeySchedule, chain_key, root_keys
 from feudal_es.loop import EveryCandidateFailed, RoundFns, RoundState, merl_round
 from feudal_es.recorder import Progress, RunRecorder, round_row, step_metrics
-from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, resolve_env
+from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, apply_env_defaults, resolve_env
 from feudal_es.round_fns import round_fns
 from feudal_es.rundir import check_new_run_dir, clean, default_run_dir, write_config
 from feudal_es.runlock import RunLock
@@ -68,8 +68,9 @@ class ESTrainer:
     ``config.seeds`` with two or more seeds trains them all in one program (JAX path
     only); otherwise the one seed ``config.seed`` (or ``config.seeds[0]``).
 
-    Attributes: ``config``, ``seeds``, ``env`` (:class:`ResolvedEnv`), ``runtime`` (its
-    path's :class:`~feudal_es.runtime.JaxRuntime` or
+    Attributes: ``config`` (filled by the env's defaults), ``seeds``, ``env``, ``defaults``
+    (:class:`~feudal_es.env_defaults.EnvDefaults`: what was filled, and why), ``runtime``
+    (its path's :class:`~feudal_es.runtime.JaxRuntime` or
     :class:`~feudal_es.runtime.HostRuntime`), ``state`` (:class:`RoundState`: the MAPPO
     train state, whose actor holds the current selector, and the ES state; stacked over
     seeds when there are several), ``round`` (rounds completed), ``histories`` (per seed,
@@ -84,9 +85,12 @@ class ESTrainer:
             raise TypeError(f"config must be a TrainerConfig, got {type(config).__name__}")
         if len(config.seeds) == 1:  # one seed listed: a one-seed run of that seed
             config = config.for_seed(config.seeds[0])
-        self.config, self.seeds = config, config.run_seeds
+        self.seeds = config.run_seeds
         self.many = len(self.seeds) > 1
         self.env = resolved or resolve_env(config.env, config.env_kwargs)
+        # the settings the config leaves open, by the env's observation kind and skills
+        config, self.defaults = apply_env_defaults(config, self.env)
+        self.config = config
         if self.many and self.env.kind != "jax":
             raise ValueError(
                 f"env {config.env!r} runs on the host path (a Python PettingZoo env): many "
@@ -442,6 +446,13 @@ class ESTrainer:
                        ) -> list[np.ndarray]:
         """Frames of one deterministic episode with ``actor`` (default: seed ``index``'s
         current one) and ES parameters ``theta`` (default: the actor's)."""
+        return self.episode_record(theta, seed, actor, index)[0]
+
+    def episode_record(self, theta: jax.Array | None = None, seed: int | None = None,
+                       actor: FeudalActor | None = None, index: int = 0
+                       ) -> tuple[list[np.ndarray], dict[str, list[float | None]]]:
+        """:meth:`episode_frames` and each frame's header values (running team reward,
+        env metrics: :func:`envs.gif.episode_info`)."""
         if actor is None:
             state = self.seed_states()[index]
             actor = state.learner.actor
@@ -450,23 +461,24 @@ class ESTrainer:
         if theta is not None:
             actor = set_es_theta(actor, jnp.asarray(theta), self.config.es_params)
         seed = self.seeds[index] if seed is None else seed
-        return self.runtime.episode_frames(actor, jax.random.key(seed), seed)
+        return self.runtime.episode_record(actor, jax.random.key(seed), seed)
 
     def write_gif(self, path: str | os.PathLike, theta: jax.Array | None = None,
                   seed: int | None = None, index: int = 0) -> Path | None:
-        """Deterministic episode GIF (env · mode · run, steps, legend) of seed ``index``;
-        None (logged) if the env cannot render."""
+        """Deterministic episode GIF of seed ``index``: title env · mode · run, and per frame
+        the step, the running team reward and the env's metrics, legend below; None
+        (logged) if the env cannot render."""
         from envs.render import encode_gif
 
         try:
-            frames = self.episode_frames(theta, seed, index=index)
+            frames, info = self.episode_record(theta, seed, index=index)
         except (ValueError, NotImplementedError, AttributeError) as e:
             log.warning("no GIF: %s", e)
             return None
         run, core = self.recorders[index].rundir.path.name, self.env.core
         return atomic_write(path, lambda f: encode_gif(
             frames, f, title=f"{self.config.env} · {self.config.mode} · {run}",
-            legend=getattr(core, "render_legend", None)))
+            legend=getattr(core, "render_legend", None), info=info))
 
     # --- resume ---------------------------------------------------------------------------
     @classmethod

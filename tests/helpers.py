@@ -49,13 +49,15 @@ VEC = TrainerConfig(
     mappo=dict(num_envs=4, num_steps=10, epochs=2, minibatches=2),
     actor=dict(vec_hidden=[16], vec_out=16, gnn_layers=0, embed_hidden=[], embed_dim=16,
                executor_hidden=[16], selector_period=5),
-    critic=dict(hidden=[16]), checkpoint_every=1, plot_every=100, gif=False)
+    critic=dict(hidden=[16]), checkpoint_every=1, plot_every=100, gif=False,
+    auto=())  # literal: no defaults by observation kind (vector: test_custom_env_learns)
 # the host path: line_envs.FaultyLine, ES on the selector over a frozen executor
 HOST = TrainerConfig(
     env="tests/Line", mode="es-selector", n_outer=2, episodes=2, seed=3, num_skills=2,
     es=dict(pop_size=4, sigma=0.5, lr=0.1), actor={**TINY_ACTOR, "selector_period": 2},
     critic=dict(hidden=[16]), mappo=dict(num_envs=2, num_steps=6, epochs=1, minibatches=1),
     checkpoint_every=100, plot_every=100, gif=False,
+    auto=(),  # literal: the fault plans count its episodes (1 MAPPO step per round)
 )
 VOLATILE = ("wall_time", "round_time", "sps", "mappo/sps")  # host timing, not results
 

@@ -158,6 +158,7 @@ def test_one_merl_round_through_the_trainer(tmp_path, capsys):
     from feudal_es.trainer import ESTrainer
 
     cfg = TrainerConfig(env="jaxmarl/MPE_simple_spread_v3", n_outer=1, episodes=2,
+                        grad_steps_per_outer=1,  # (the vector default is 4)
                         es=dict(pop_size=4), mappo=dict(num_envs=4, num_steps=26, epochs=1,
                                                         minibatches=1),
                         actor=dict(vec_hidden=[], vec_out=16, gnn_layers=0, embed_hidden=[],
