@@ -16,7 +16,7 @@ its users train at full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_sp
 :class:`AsJaxMARL` goes the other way: a bundled env as a ``jaxmarl`` ``MultiAgentEnv``
 (reset / step_env / spaces per agent), for JaxMARL's own baselines.
 
-``jaxmarl`` is an optional dependency (``pip install 'feudal-es[jaxmarl]'``): this module
+``jaxmarl`` is an optional dependency (:data:`INSTALL_HINT`): this module
 imports it only when an env is made.
 """
 
@@ -39,7 +39,8 @@ from envs.render import AGENT_COLOR, TARGET_COLOR, draw_swarm
 __all__ = ["INSTALL_HINT", "AsJaxMARL", "JaxMARLSwarm", "available", "jaxmarl_ids",
            "make_jaxmarl"]
 
-INSTALL_HINT = "pip install 'feudal-es[jaxmarl]'  (or: pip install jaxmarl)"
+# feudal-es is installed from its checkout (it is not on PyPI), so is its extra
+INSTALL_HINT = 'from the feudal-es checkout, pip install -e ".[jaxmarl]" (or: pip install jaxmarl)'
 
 
 def available() -> bool:

@@ -20,11 +20,13 @@ traceback, e.g. to debug an env); a bug in feudal-es shows its traceback (exit s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +67,37 @@ def _train_config(args: argparse.Namespace, base: Any = None):
     return cfg.override(sets) if sets else cfg
 
 
+def _list_keys(args: argparse.Namespace, base: Any = None) -> int:
+    """``--list-keys``: every ``--set`` key with its type, value and doc
+    (:func:`feudal_es.cli_args.format_config_keys`), the values those of the config the
+    command would run (``base``: the command's own default config, e.g. the demo's)."""
+    from feudal_es.cli_args import format_config_keys
+
+    source = (f"{args.config}'s" if getattr(args, "config", None)
+              else "demo_config()'s" if base is not None else "the built-in defaults")
+    if args.set:
+        source += ", after --set"
+    print(format_config_keys(_train_config(args, base), source))
+    return 0
+
+
 def _run_training(trainer, progress: bool) -> int:
     """Run an ``ESTrainer`` (one seed or many) and print where everything went."""
     cfg = trainer.config
     seeds = f", seeds {list(trainer.seeds)} in one program" if trainer.many else ""
+    es = (f"population {cfg.es.num_candidates} x {cfg.episodes} episodes, ES on "
+          f"{trainer.theta_size} parameters ({cfg.es_params})" if cfg.runs_es
+          else "MAPPO only (nothing evolved)")
+    # which actor and MAPPO budget (the env's defaults or the config's), the options
+    chosen = trainer.defaults.describe(cfg, trainer.skill_names)
     print(f"feudal-es: training {cfg.env} ({trainer.env.kind} path), mode {cfg.mode}, "
-          f"{cfg.n_outer} rounds from round {trainer.round}, "
-          f"population {cfg.es.num_candidates} x {cfg.episodes} episodes, "
-          f"ES on {trainer.theta_size} parameters ({cfg.es_params}){seeds}", flush=True)
+          f"{cfg.n_outer} rounds from round {trainer.round}, {es}{seeds}\n  {chosen}",
+          flush=True)
     t0 = time.perf_counter()
+    gif_reasons: list[str] = []
     try:
-        trainer.run(progress=progress)
+        with _no_gif_reasons(gif_reasons):
+            trainer.run(progress=progress)
     except KeyboardInterrupt as e:
         import signal
 
@@ -105,6 +127,10 @@ def _run_training(trainer, progress: bool) -> int:
         return 0
     rd = trainer.rundir
     written = lambda p: p if p.exists() else "(not written)"
+    gif = (rd.gif if rd.gif.exists()
+           else "(not written: the config's gif is false; `feudal-es render "
+                f"{shlex.quote(str(rd.path))} --out FILE` writes one)" if not cfg.gif
+           else f"(not written: {gif_reasons[-1]})" if gif_reasons else "(not written)")
     steps = (trainer.history[-1] if trainer.history else {}).get("env_steps", 0)
     print(f"done in {time.perf_counter() - t0:.1f}s: {trainer.round} rounds, "
           f"{_summary(trainer.history, trainer.best_fitness)}, {steps} MAPPO env steps")
@@ -113,8 +139,29 @@ def _run_training(trainer, progress: bool) -> int:
     print(f"learning curve: {written(rd.plot)}")
     print(f"best selector:  {written(rd.best_selector)}")
     print(f"checkpoint:     {rd.checkpoints.latest() or '(none)'}")
-    print(f"episode GIF:    {written(rd.gif)}")
+    print(f"episode GIF:    {gif}")
     return 0
+
+
+@contextlib.contextmanager
+def _no_gif_reasons(reasons: list[str]) -> Iterator[None]:
+    """Collect into ``reasons`` why the run's final GIF was not written, as the trainer
+    logs it (``no GIF: <reason>``, the reason `feudal-es render` gives too), so the run
+    summary says why instead of a bare "(not written)"."""
+    import logging
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if text.startswith("no GIF: "):
+                reasons.append(text[len("no GIF: "):])
+
+    logger, handler = logging.getLogger("feudal_es"), Keep(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _summary(history: list[dict], best: float) -> str:
@@ -145,18 +192,18 @@ def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import contextlib
-
     from feudal_es.rundir import check_new_run_dir
     from feudal_es.runlock import RunLock
     from feudal_es.trainer import ESTrainer
 
+    if args.list_keys:
+        return _list_keys(args)
     if args.resume:
-        if args.config or args.set or args.mode or args.out or args.seeds or args.num_seeds:
+        if (args.config or args.set or args.mode or args.out or args.seeds or args.num_seeds
+                or args.seed is not None):
             raise ValueError("--resume continues a run with its own config; only --n-outer "
                              "(and --env repeating the run's env) may be given with it")
-        if not Path(args.resume).is_dir():
-            raise ValueError(f"cannot resume {args.resume}: no such directory")
+        _check_resume_path(Path(args.resume))
     else:
         config = _train_config(args)
         if args.out:  # before any banner or compilation
@@ -185,11 +232,33 @@ def _train(args: argparse.Namespace) -> int:
         return 1
 
 
+def _check_resume_path(path: Path) -> None:
+    """Refuse a ``--resume`` that is not a directory, saying what it is and what
+    ``--resume`` takes: a run directory (a checkpoint file is evaluated or rendered, and
+    its run directory resumed)."""
+    if path.is_dir():
+        return
+    if not path.exists():
+        raise ValueError(f"cannot resume {path}: no such directory (--resume takes the run "
+                         "directory a `feudal-es train` wrote)")
+    from feudal_es.checkpoint import CheckpointManager
+
+    hint = ""
+    if CheckpointManager(path.parent).latest() is not None:
+        hint += f"; to continue its run: feudal-es train --resume {shlex.quote(str(path.parent))}"
+    if path.name.startswith("ckpt_"):
+        hint += f"; to evaluate this checkpoint: feudal-es eval {shlex.quote(str(path))}"
+    raise ValueError(f"cannot resume {path}: it is a file, not a run directory (--resume "
+                     f"takes the directory a `feudal-es train` wrote){hint}")
+
+
 def _demo(args: argparse.Namespace) -> int:
     from feudal_es.config import demo_config
     from feudal_es.trainer import ESTrainer
 
     args.config = None
+    if args.list_keys:
+        return _list_keys(args, demo_config())
     cfg = _train_config(args, demo_config())
     print("feudal-es demo: MERL on a bundled swarm env with a compact actor sized for a CPU "
           "(feudal_es.config.demo_config); `feudal-es train --help` for the full tool.")
@@ -232,13 +301,15 @@ def _eval(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------
 def _envs(args: argparse.Namespace) -> int:
     import envs
-    from envs.jaxmarl_env import INSTALL_HINT, jaxmarl_ids
-    from feudal_es.resolve import JAXMARL_PREFIX, importable_ids
+    from envs.jaxmarl_env import INSTALL_HINT, available, jaxmarl_ids
+    from feudal_es.resolve import JAXMARL_PREFIX, importable_ids, trainable_ids
 
     bundled = sorted(envs.register_bundled_envs())
-    jaxmarl = [JAXMARL_PREFIX + name for name in jaxmarl_ids()]
+    # every id is made once and checked as training checks it: only what trains is
+    # listed as trainable, the others apart with the reason training would give
+    jaxmarl, jaxmarl_refused = trainable_ids([JAXMARL_PREFIX + n for n in jaxmarl_ids()])
     registered, missing = importable_ids()
-    others = [i for i in registered if i not in bundled]
+    others, refused = trainable_ids([i for i in registered if i not in bundled])
     if args.json:
         rows = ([{"id": i, "path": "jax", "source": "bundled"} for i in bundled]
                 + [{"id": i, "path": "jax", "source": "jaxmarl"} for i in jaxmarl]
@@ -248,7 +319,7 @@ def _envs(args: argparse.Namespace) -> int:
     print("bundled (pure-JAX path):")
     for i in bundled:
         print(f"  {i}")
-    if jaxmarl:
+    if available():
         print("JaxMARL (pure-JAX path; envs whose agents share one observation and action "
               "space, flat observations):")
         for i in jaxmarl:
@@ -261,6 +332,10 @@ def _envs(args: argparse.Namespace) -> int:
     for namespace, ids in missing.items():
         print(f"  ({len(ids)} {namespace}/... ids need an extra: "
               f"pip install 'pettingzoo[{namespace}]')")
+    if jaxmarl_refused or refused:
+        print("installed but not trainable by feudal-es (made with default arguments; why):")
+        for i, why in {**jaxmarl_refused, **refused}.items():
+            print(f"  {i}: {why}")
     print("Also accepted: 'module:attr' naming a SwarmEnv class or a ParallelEnv factory "
           "(--import MODULE loads a module that registers envs).")
     return 0
@@ -268,19 +343,17 @@ def _envs(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from feudal_es.atomic import check_writable
-    from feudal_es.checkpoint import load_selector
-    from feudal_es.evaluate import check_selector_file, load_trainer
+    from feudal_es.evaluate import load_trainer, selector_theta
     from feudal_es.write_errors import output_failure
 
     try:
         check_writable(args.out)  # before any work
     except OSError as e:
         raise ValueError(output_failure(e, args.out)) from None
-    trainer, _ = load_trainer(args.run, env=args.env)
-    theta = None
+    trainer, ckpt = load_trainer(args.run, env=args.env)
+    theta = None  # the actor's own: the checkpoint's current ("final") selector
     if args.selector:
-        theta, meta = load_selector(args.selector, expected_size=trainer.theta_size)
-        check_selector_file(args.selector, meta, trainer, args.force)
+        theta = selector_theta(args.selector, trainer, ckpt, args.force)[1]
     try:
         out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
     except OSError as e:
@@ -295,6 +368,8 @@ def _pretrain(args: argparse.Namespace) -> int:
     from feudal_es.pretrain import PretrainConfig, pretrain
     from feudal_es.resolve import resolve_env
 
+    if args.list_keys:
+        return _list_keys(args)
     cfg = _train_config(args)
     env = resolve_env(cfg.env, cfg.env_kwargs)
     names = list(env.core.skill_names) if env.kind == "jax" else []
@@ -343,6 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
     from feudal_es.cli_args import Parser, at_least, seed, text
     from feudal_es.modes import MODES
 
+    # what --selector of eval and render names (feudal_es.evaluate.selector_theta)
+    selector_choices = ("a selector file (.safetensors, e.g. RUN/best_selector.safetensors), "
+                        "'final' (the current selector of the checkpoint: a finished run's "
+                        "final one) or a checkpoint file (ckpt_*.safetensors: its current "
+                        "selector)")
     common = Parser(add_help=False)
     common.add_argument("--import", dest="imports", action="append", metavar="MODULE",
                         type=text, help="import MODULE first (repeatable), e.g. one that "
@@ -352,49 +432,81 @@ def build_parser() -> argparse.ArgumentParser:
                     epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def training_args(p: argparse.ArgumentParser, env_default: str | None) -> None:
-        p.add_argument("--env", default=env_default, type=text,
-                       help="PettingZoo registry id or 'module:attr' (see `feudal-es envs`); "
-                            "with --resume, the run's own env (to trust a 'module:attr')")
-        p.add_argument("--mode", choices=list(MODES),
-                       help="; ".join(f"{m.name}: {m.summary}" for m in MODES.values()))
-        p.add_argument("--n-outer", type=int, help="outer MERL rounds")
-        p.add_argument("--seed", type=seed, help="0 .. 2**32 - 1")
-        p.add_argument("--seeds", type=seed, nargs="+", metavar="SEED",
-                       help="train these seeds in one program (vmapped, split over the CPU "
-                            "devices), each in RUN_DIR/seed_<s>/")
-        p.add_argument("--num-seeds", type=at_least(1), metavar="N",
-                       help="train seeds SEED .. SEED+N-1 in one program (see --seeds)")
+    def training_args(p: argparse.ArgumentParser, command: str) -> None:
+        """The options of a command that builds a TrainerConfig (train, demo, pretrain):
+        each offers only those it uses, and says what an option left out falls back to."""
+        fallback = ("%(demo_default)s, from feudal_es.config.demo_config" if command == "demo"
+                    else "the --config file's, else %(config_default)s")
+        p.add_argument("--env", type=text, help=(
+            "env id: a PettingZoo registry id, jaxmarl/<name> or 'module:attr' (see "
+            "`feudal-es envs`)" + ("" if command == "demo" else
+                                   "; it overrides the --config file's env")
+            + f" (default: {fallback})"
+            + ("; with --resume, only the run's own env, repeated (how to trust a "
+               "'module:attr' env read from the run)" if command == "train" else "")))
+        if command != "pretrain":
+            p.add_argument("--mode", choices=list(MODES), help=(
+                "; ".join(f"{m.name}: {m.summary}" for m in MODES.values())
+                + f" (default: {fallback})"))
+            p.add_argument("--n-outer", type=int, help=(
+                f"outer MERL rounds (default: {fallback})"
+                + ("; with --resume, the rounds the run goes to (more than it has done "
+                   "extends it)" if command == "train" else "")))
+        p.add_argument("--seed", type=seed, help=(
+            "seed of the run's random keys (network init, env episodes, ES noise), "
+            f"0 .. 2**32 - 1 (default: {fallback})" if command != "pretrain" else
+            "seed of the actor's initialisation and of the imitation episodes, "
+            f"0 .. 2**32 - 1 (default: {fallback})"))
+        if command != "pretrain":
+            p.add_argument("--seeds", type=seed, nargs="+", metavar="SEED",
+                           help="train these seeds in one program (vmapped, split over the "
+                                "CPU devices), each in RUN_DIR/seed_<s>/")
+            p.add_argument("--num-seeds", type=at_least(1), metavar="N",
+                           help="train seeds SEED .. SEED+N-1 in one program (see --seeds)")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a config entry (repeatable), e.g. es.sigma=0.1, "
-                            "env_kwargs.num_agents=4, actor.embed_dim=32")
-        p.add_argument("--out", type=text, help="run directory (default runs/<env>-<mode>-<time>)")
-        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+                            "env_kwargs.num_agents=4, actor.embed_dim=32; VALUE is JSON, "
+                            "else a plain string; --list-keys lists every KEY")
+        p.add_argument("--list-keys", action="store_true",
+                       help="list every --set KEY (dotted path), its type, value and doc "
+                            + ("(demo_config's values" if command == "demo" else
+                               "(the built-in defaults, or the --config file's values")
+                            + ", after any --set), then exit")
+        if command != "pretrain":
+            p.add_argument("--out", type=text,
+                           help="run directory (default runs/<env>-<mode>-<time>)")
+            p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     train = sub.add_parser("train", parents=[common], help="train a feudal swarm",
                            description="MERL training: MAPPO on the executor, ES on the "
                                        "selector, interleaved each outer round.")
-    training_args(train, None)
+    training_args(train, "train")
     train.add_argument("--config", type=text, help="TrainerConfig as a JSON file (fields of "
-                                        "feudal_es.trainer.TrainerConfig)")
+                                        "feudal_es.config.TrainerConfig; --list-keys lists "
+                                        "them)")
     train.add_argument("--resume", metavar="RUN_DIR", type=text,
-                       help="continue a run from its newest checkpoint")
+                       help="continue a run (its directory) from its newest checkpoint "
+                            "(a checkpoint file is read by `feudal-es eval` / `render`)")
     train.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", parents=[common], help="compare saved selectors",
                         description="Evaluate selectors with a run's executor on identical "
                                     "episodes: mean ± std and 95% CI of team fitness, plus "
                                     "the env's metrics at the end of each episode.")
-    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text)
-    ev.add_argument("--selector", nargs="+", action="extend", metavar="PATH", type=text,
-                    help="selector files (default: the run's best_selector.npz and the "
-                         "checkpoint's current selector)")
+    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text,
+                    help="a run directory (the executor of its newest checkpoint) or one "
+                         "checkpoint file (ckpt_*.safetensors, the executor it holds)")
+    ev.add_argument("--selector", nargs="+", action="extend", metavar="SELECTOR", type=text,
+                    help=f"selectors to compare: {selector_choices} (default: the run's "
+                         "best_selector.safetensors and 'final')")
     ev.add_argument("--env", type=text,
                     help="evaluate on this env id (another env of the same shapes, or the "
                          "run's own 'module:attr' env, which a run directory alone never "
                          "imports)")
-    ev.add_argument("--episodes", type=at_least(2), help="episodes (default max(16, config))")
-    ev.add_argument("--seed", type=seed, default=12345, help="seed of the episodes")
+    ev.add_argument("--episodes", type=at_least(2),
+                    help="episodes (default: the run's config's episodes, at least 16)")
+    ev.add_argument("--seed", type=seed, default=12345,
+                    help="seed of the episodes (default: %(default)s)")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ev.add_argument("--force", action="store_true",
                     help="evaluate selector files of another env or actor (a warning)")
@@ -407,13 +519,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     rd = sub.add_parser("render", parents=[common], help="episode GIF of a run",
                         description="Write a deterministic episode of a run's actor as a GIF.")
-    rd.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text)
+    rd.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text,
+                    help="a run directory (the actor of its newest checkpoint) or one "
+                         "checkpoint file (ckpt_*.safetensors)")
     rd.add_argument("--out", required=True, type=text, help="GIF path")
-    rd.add_argument("--selector", metavar="PATH", type=text, help="use this selector file")
+    rd.add_argument("--selector", metavar="SELECTOR", type=text,
+                    help=f"the selector to play: {selector_choices} (default: 'final')")
     rd.add_argument("--env", type=text,
                     help="render on this env id (e.g. the run's own 'module:attr' env, which "
                          "a run directory alone never imports)")
-    rd.add_argument("--seed", type=seed, default=0, help="seed of the episode")
+    rd.add_argument("--seed", type=seed, default=0,
+                    help="seed of the episode (default: %(default)s)")
     rd.add_argument("--force", action="store_true",
                     help="use a selector file of another env or actor (a warning)")
     rd.set_defaults(func=_render)
@@ -423,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Train a feudal swarm on a bundled env with a compact "
                                       "actor and a small budget, then print the run "
                                       "directory, learning curve and GIF paths.")
-    training_args(demo, None)
+    training_args(demo, "demo")
     demo.set_defaults(func=_demo)
 
     pt = sub.add_parser("pretrain", parents=[common], help="imitate a reference policy",
@@ -431,9 +547,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "bundled env's reference policy (e.g. clairvoyant Lloyd on "
                                     "Coverage), holding one option; writes a pretrained actor "
                                     "that a run starts from with --set init_from=PATH.")
-    training_args(pt, "feudal_es/Coverage-v0")
+    training_args(pt, "pretrain")
     pt.add_argument("--config", type=text,
                     help="TrainerConfig JSON (env, env_kwargs, actor sizes)")
+    pt.add_argument("--out", type=text,
+                    help="where to write the pretrained actor, a .safetensors file (default: "
+                         "runs/<env>-<expert>-pretrained-<time>.safetensors)")
     pt.add_argument("--expert", default="reference", type=text,
                     help="reference policy name (envs.gif.POLICIES; Coverage: "
                          "lloyd_clairvoyant, lloyd, random)")

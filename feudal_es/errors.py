@@ -19,6 +19,8 @@
   is a bug, with the version, to report.
 - **interrupted** (Ctrl-C outside training; training handles its own, see
   :mod:`feudal_es.signals`): one line, exit 130.
+- **output no longer read** (``feudal-es train --list-keys | head``: the reader of stdout
+  closed it): nothing more is printed, exit 141 (SIGPIPE, as a shell reports it).
 
 ``FEUDAL_ES_TRACEBACK=1`` prints the traceback of a user's error too (to debug an env).
 """
@@ -35,12 +37,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
 
-__all__ = ["EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_USER", "exit_now", "report", "user_message",
-           "version"]
+__all__ = ["EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_PIPE", "EXIT_USER", "exit_now", "report",
+           "user_message", "version"]
 
 EXIT_USER = 2  # the user's mistake (as argparse exits on a bad command line)
 EXIT_BUG = 1
 EXIT_INTERRUPTED = 128 + 2  # SIGINT, as a shell reports it
+EXIT_PIPE = 128 + 13  # SIGPIPE: stdout's reader went away (`| head`)
 
 OWN_PACKAGES = ("feudal_es", "envs", "agents")
 # the user's types: what the config, inputs, env or machine cause (see the docstring)
@@ -154,6 +157,8 @@ def report(err: BaseException, command: str | None) -> int:
     if isinstance(err, KeyboardInterrupt):
         print(f"{prefix}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if isinstance(err, BrokenPipeError) and _stdout_gone():
+        return EXIT_PIPE
     message = user_message(err)
     if message is None:
         traceback.print_exception(err)
@@ -164,6 +169,24 @@ def report(err: BaseException, command: str | None) -> int:
         traceback.print_exception(err)
     print(f"{prefix}: error: {message}", file=sys.stderr)
     return EXIT_USER
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader closed it (a broken pipe of stdout itself, not of some
+    other pipe, e.g. a user's env's): then stdout is pointed at the null device, so the
+    interpreter's own flush at exit does not report the broken pipe again."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()  # a pipe whose reader is gone polls as an error (POSIX)
+        poll.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poll.poll(0)):
+            return False
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (captured), no poll
+        return False
+    return True
 
 
 def exit_now(status: int) -> NoReturn:

@@ -3,8 +3,10 @@
 A run's executor (its newest checkpoint, or one checkpoint file) plays every selector on
 the same episodes (common random numbers); each selector gets its team fitness' mean,
 std and 95% t-interval over episodes and the env's metrics at the end of each episode. A
-selector file of another env or actor is refused before anything runs (``force``:
-warned instead).
+selector is a selector file (``best_selector.safetensors``), :data:`FINAL` (the
+checkpoint's current selector: a finished run's final one) or a training checkpoint file
+(``ckpt_*.safetensors``: its current selector); see :func:`selector_theta`. One of
+another env or actor is refused before anything runs (``force``: warned instead).
 """
 
 from __future__ import annotations
@@ -20,17 +22,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.validate import check_int
+from feudal_es._ckpt_format import _TREE
+from feudal_es._ckpt_reader import _Reader
 from feudal_es.checkpoint import (
     SUFFIX,
+    CheckpointError,
     CheckpointManager,
+    load,
     load_selector,
+    read_metadata,
 )
 from feudal_es.config import TrainerConfig, check_seed
+from feudal_es.loop import RoundState
+from feudal_es.restore import RENAMED
 from feudal_es.rundir import seed_dirs
 from feudal_es.stats import t_critical
 from feudal_es.trainer import ESTrainer
 
-__all__ = ["check_selector_file", "compare_selectors", "load_trainer"]
+__all__ = ["FINAL", "check_selector_file", "compare_selectors", "load_trainer",
+           "selector_theta"]
+
+# what ``--selector`` names for the checkpoint's current selector (the run's final one)
+FINAL = "final"
 
 log = logging.getLogger("feudal_es")
 
@@ -78,12 +91,46 @@ def check_selector_file(path: str | os.PathLike, meta: dict, trainer: ESTrainer,
         log.warning("%s; evaluating it anyway (--force)", message)
 
 
+def selector_theta(spec: str | os.PathLike, trainer: ESTrainer, checkpoint: Path,
+                   force: bool = False) -> tuple[str, jax.Array]:
+    """``(name, theta)`` of one selector for ``trainer`` (holding ``checkpoint``):
+    :data:`FINAL` is the checkpoint's current selector (what ES evolves of the run's
+    result, :meth:`ESTrainer.result_theta`; a finished run's final selector); a training
+    checkpoint file (``ckpt_*.safetensors``) is its current selector, read without
+    changing ``trainer``; any other path is a selector file (one named ``final``:
+    ``./final``). A file of another run's setup is refused as by
+    :func:`check_selector_file`."""
+    if str(spec) == FINAL:
+        return f"{checkpoint} (current selector)", trainer.result_theta()
+    path = Path(spec)
+    if not (path.is_file() and _kind(path) == _TREE):
+        theta, meta = load_selector(path, expected_size=trainer.theta_size)
+        check_selector_file(path, meta, trainer, force)
+        return str(path), theta
+    if path.resolve() == Path(checkpoint).resolve():
+        return f"{path} (current selector)", trainer.result_theta()
+    check_selector_file(path, read_metadata(path), trainer, force)
+    tree, _ = load(path, trainer.checkpoint_tree(), None, RENAMED)
+    state = RoundState(tree["train_state"], tree["es_state"])
+    return f"{path} (current selector)", trainer.result_theta(state)
+
+
+def _kind(path: Path) -> str | None:
+    """What a feudal-es file holds ("tree": a training checkpoint, "selector": a selector
+    file), from its header alone; None when it is not one that reads (the loader then
+    says why)."""
+    try:
+        return _Reader(path).doc["kind"]
+    except CheckpointError:  # load_selector says why
+        return None
+
+
 def compare_selectors(trainer: ESTrainer, checkpoint: Path,
                       selectors: list[str | os.PathLike] | None = None,
                       episodes: int | None = None, seed: int = 12345,
                       force: bool = False) -> dict[str, Any]:
-    """Every selector (files; default: the run's best selector and the checkpoint's
-    current one) with ``trainer``'s executor on the ``episodes`` episodes of
+    """Every selector (see :func:`selector_theta`; default: the run's best selector and
+    the checkpoint's current one) with ``trainer``'s executor on the ``episodes`` episodes of
     ``split(key(seed), episodes)`` (``None``: ``max(16, config.episodes)``; 0 is refused,
     not read as "not given": a standard deviation needs two). Returns ``{"env",
     "checkpoint", "seed", "episodes", "selectors": [row, ...], "metrics": [name, ...]}``,
@@ -95,10 +142,9 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
     check_seed("seed", seed)
     size = trainer.theta_size
     names, thetas = [], []
-    for path in selectors or ():
-        theta, meta = load_selector(path, expected_size=size)
-        check_selector_file(path, meta, trainer, force)
-        names.append(str(path))
+    for spec in selectors or ():
+        name, theta = selector_theta(spec, trainer, checkpoint, force)
+        names.append(name)
         thetas.append(jnp.asarray(theta, jnp.float32))
     if not names:  # default: the run's best selector and the checkpoint's current one
         best = trainer.rundir.best_selector

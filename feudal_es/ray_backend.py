@@ -17,9 +17,9 @@ worker's evaluator would warn about (an episode cut at the time limit, a non-fin
 output) comes back with its results and is logged once by the driver, since workers'
 logs do not reach it.
 
-Install with ``pip install 'feudal-es[ray]'``. To use a cluster, call
-``ray.init(address=...)`` (or set ``RAY_ADDRESS``) before building the trainer; otherwise a
-local Ray instance is started.
+Install with ``pip install -e ".[ray]"`` from the feudal-es checkout (or ``pip install
+'ray>=2.9'``). To use a cluster, call ``ray.init(address=...)`` (or set ``RAY_ADDRESS``)
+before building the trainer; otherwise a local Ray instance is started.
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ class RayEvaluator:
             from ray.util import ActorPool
         except ImportError:
             raise ImportError("TrainerConfig.backend='ray' needs Ray: "
-                              "pip install 'feudal-es[ray]' (or 'ray>=2.9')") from None
+                              "from the feudal-es checkout, pip install -e \".[ray]\" "
+                              "(or: pip install 'ray>=2.9')") from None
         if not ray.is_initialized():
             init_local()
         n = int(num_workers) or max(1, int(ray.cluster_resources().get("CPU", 1)))

@@ -10,7 +10,9 @@ half continues the run from its last checkpoint (``feudal-es train --resume RUN`
 there is one to continue from (every seed's, with several), and otherwise starts the run
 again: a directory holding only what a run stopped before its first checkpoint leaves is
 accepted by :func:`feudal_es.rundir.check_new_run_dir`, so the same command works. A
-run stopped otherwise (Ctrl-C) goes on the same way: :func:`next_step`.
+run stopped otherwise (Ctrl-C) goes on the same way: :func:`next_step`. A ``--resume``
+command names what the run needs as pasted: the ``--import`` modules it was started with
+(its config's ``imports``) and its env when that is a ``'module:attr'``.
 """
 
 from __future__ import annotations
@@ -77,6 +79,32 @@ def output_failure(err: OSError, target: str | os.PathLike, option: str = "--out
     return f"cannot write {target} ({cause(err)}); {advice}"
 
 
+def _values(argv: Sequence[str], option: str) -> list[str]:
+    """Every value ``option`` has in ``argv`` (``--opt V`` and ``--opt=V``), in order."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == option and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif a.startswith(option + "="):
+            out.append(a[len(option) + 1:])
+    return out
+
+
+def _recorded(run_dir: Path) -> dict:
+    """The config a run directory records (``config.json``; a many-seed run's top one, or
+    its first seed's), ``{}`` when there is none that reads (the disk may be failing)."""
+    import json
+
+    for d in (run_dir, *seed_dirs(run_dir).values()):
+        try:
+            data = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
 class _Stopped:
     """What a stopped run left: its checkpoints (the newest of each seed) and the
     commands that go on from there."""
@@ -89,9 +117,32 @@ class _Stopped:
         self.resuming = argv is not None and any(
             a == "--resume" or a.startswith("--resume=") for a in argv)
 
+    def _needs(self) -> list[str]:
+        """What a command on the run must name besides the run: each ``--import`` it was
+        started with (recorded in its config's ``imports``, or given in ``argv``): a run
+        directory never imports a module, so an env such a module registers is unknown
+        without it; and its env when that is a ``'module:attr'`` (read from a file, it is
+        not trusted: :class:`feudal_es.resolve.UntrustedEnvError`)."""
+        from feudal_es.resolve import is_code_reference
+
+        config, argv = _recorded(self.run_dir), list(self.argv or ())
+        recorded = config.get("imports")
+        imports = ([m for m in recorded if isinstance(m, str)] if isinstance(recorded, list)
+                   else [])
+        imports += _values(argv, "--import")
+        env = config.get("env")
+        envs = [env] if isinstance(env, str) else _values(argv, "--env")[-1:]
+        return ([a for m in dict.fromkeys(imports) for a in ("--import", m)]
+                + [a for e in envs if is_code_reference(e) for a in ("--env", e)])
+
     def resume(self, run: str) -> str:
+        """The command that continues the run (``run``: its directory, or a copy's)."""
         argv = (with_option(self.argv, "--resume", run) if self.resuming
                 else ["train", "--resume", run])
+        needs = self._needs()
+        for option, value in zip(needs[::2], needs[1::2], strict=True):
+            if value not in _values(argv, option):
+                argv = [*argv, option, value]
         return shlex.join(["feudal-es", *argv])
 
     def kept(self) -> str:
@@ -109,8 +160,9 @@ class _Stopped:
 
 def next_step(run_dir: str | os.PathLike, argv: Sequence[str] | None = None) -> str:
     """How a stopped run (interrupted, say) goes on: ``continue with: feudal-es train
-    --resume RUN`` when there is a checkpoint to continue from, else the command that
-    starts it again (``argv`` as for :func:`run_failure`)."""
+    --resume RUN`` (with the run's ``--import`` modules and 'module:attr' ``--env``) when
+    there is a checkpoint to continue from, else the command that starts it again
+    (``argv`` as for :func:`run_failure`)."""
     return _Stopped(run_dir, argv).again()
 
 

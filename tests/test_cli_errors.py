@@ -66,7 +66,7 @@ CASES: dict[str, tuple[list[str], int, list[str]]] = {
     "ray not installed": (["train", "--import", "noray", "--import", "user_envs", "--env",
                            "tests/CliLine-v0", "--set", "backend=ray", "--out", "ray-run",
                            "--no-progress"], 2,
-                          ["backend='ray' needs Ray", "pip install 'feudal-es[ray]'"]),
+                          ["backend='ray' needs Ray", 'pip install -e ".[ray]"']),
     "empty --env": (["train", "--env", ""], 2, ["argument --env: must not be empty"]),
     "eval --episodes 0": (["eval", "legacy", "--episodes", "0"], 2,
                           ["argument --episodes: must be >= 2, got 0"]),

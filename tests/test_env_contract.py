@@ -102,7 +102,7 @@ JAXMARL: dict[str, dict[str, Any]] = {
 }
 _JAXMARL_PREFIX = "jaxmarl/"
 _HAVE_JAXMARL = importlib.util.find_spec("jaxmarl") is not None
-_NO_JAXMARL = "jaxmarl is not installed (pip install 'feudal-es[jaxmarl]')"
+_NO_JAXMARL = 'jaxmarl is not installed (pip install -e ".[jaxmarl]")'
 
 BUNDLED_IDS = [env_id(name) for name in available_bundled_envs()]
 JAXMARL_IDS = [
