@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,24 +73,43 @@ def resolve_policy(env_name: str, policy: str) -> tuple[str, Policy]:
     return policy, getattr(importlib.import_module(module_name), attr)
 
 
+#: The header's name for the running sum of the team reward (what team fitness sums).
+TEAM_REWARD = "team reward (sum)"
+
+
+def episode_info(team_reward: Sequence[float] | np.ndarray | None,
+                 metrics: Mapping[str, Any] | None = None) -> dict[str, list[float | None]]:
+    """Per-frame header values of an episode of ``T`` steps drawn as ``T + 1`` frames (the
+    reset state first): the running sum of ``team_reward[T]`` (0 on the reset frame), so a
+    viewer sees when the team scores, and each scalar-per-step entry of ``metrics``
+    (``{name: [T]}``; ``None`` on the reset frame, which has no step yet; other shapes are
+    left out). For :func:`envs.render.decorate_frames`' ``info``."""
+    info: dict[str, list[float | None]] = {}
+    steps = None
+    if team_reward is not None:
+        team = np.cumsum(np.asarray(team_reward, np.float64).reshape(-1))
+        steps = team.shape[0]
+        info[TEAM_REWARD] = [0.0, *map(float, team)]
+    for name, values in (metrics or {}).items():
+        values = np.asarray(values)
+        if values.ndim == 1 and (steps is None or values.shape[0] == steps):
+            info[name] = [None, *map(float, values)]
+    return info
+
+
 def episode_record(
     env: SwarmEnv, policy: Policy, key: jax.Array, num_steps: int | None = None
 ) -> tuple[list[np.ndarray], dict[str, list[float | None]]]:
     """Frames (``uint8 [H, W, 3]``) of one episode, the reset state then every step's, and
-    per-frame values for their header: the running team reward and each env metric
-    (``None`` on the reset frame, which has no step yet)."""
+    per-frame values for their header (:func:`episode_info`: the running team reward and
+    each env metric)."""
     run = jax.jit(lambda k: run_episode(k, env, stateless(policy, env), num_steps=num_steps,
                                         keep_states=True))
     episode = jax.device_get(run(key))
     states = episode.states
     count = jax.tree.leaves(states)[0].shape[0]
     frames = [env.render(jax.tree.map(lambda x, t=t: x[t], states)) for t in range(count)]
-    team = np.cumsum(np.asarray(episode.outs.team_reward, np.float64))
-    info: dict[str, list[float | None]] = {"team reward": [0.0, *map(float, team)]}
-    for name, values in episode.outs.metrics.items():
-        if np.shape(values) == (count - 1,):  # scalar per step (others are not shown)
-            info[name] = [None, *map(float, np.asarray(values))]
-    return frames, info
+    return frames, episode_info(episode.outs.team_reward, episode.outs.metrics)
 
 
 def episode_frames(

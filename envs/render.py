@@ -3,7 +3,8 @@
 Rendering is off the hot path, so it runs on numpy arrays with Pillow (``ImageDraw``)
 rather than in JAX. Every env's ``render(state)`` builds its picture from
 :func:`draw_swarm`, so all envs share one look and one coordinate convention:
-world coordinates ``[0, world_size]^2``, y pointing up.
+world coordinates ``[0, world_size]^2``, y pointing up, inset by a few pixels so that an
+agent on the world's edge is drawn whole, with the arena's border outlined.
 
 :func:`decorate_frames` (applied by :func:`encode_gif` and :func:`write_gif` when given a
 title, legend or info) adds a header band (title, ``step t / T``, optional per-step
@@ -38,9 +39,14 @@ RGB = tuple[int, int, int]
 Legend = Sequence[tuple[str, RGB]]
 
 
-def _to_px(xy: np.ndarray, world_size: float, size: int) -> np.ndarray:
-    """World coordinates -> pixel coordinates (y flipped so that up is up)."""
-    xy = np.asarray(xy, dtype=np.float64) / float(world_size) * (size - 1)
+ARENA_COLOR = (90, 90, 90)  # the arena's border line
+MARGIN_COLOR = (228, 228, 228)  # the view outside the arena (padding, or a widened view)
+
+
+def _to_px(xy: np.ndarray, world_size: float, size: int, pad: float = 0.0) -> np.ndarray:
+    """World coordinates -> pixel coordinates (y flipped so that up is up): the view
+    ``[0, world_size]^2`` fills the pixels ``[pad, size - 1 - pad]``."""
+    xy = np.asarray(xy, dtype=np.float64) / float(world_size) * (size - 1 - 2 * pad) + pad
     return np.stack([xy[..., 0], (size - 1) - xy[..., 1]], axis=-1)
 
 
@@ -55,30 +61,52 @@ def draw_swarm(
     target_radius: float | None = None,
     agent_radius_px: int = 4,
     size: int = 256,
+    arena: tuple[float, float, float, float] | None = None,
+    pad_px: int | None = None,
 ) -> np.ndarray:
     """Draw one frame and return it as ``uint8 [size, size, 3]``.
 
+    The view ``[0, world_size]^2`` is inset by ``pad_px`` pixels on every side, so an
+    agent sitting on the world's edge is drawn whole rather than cut in half; the
+    ``arena`` rectangle is outlined (:data:`ARENA_COLOR`) and what lies outside it is
+    tinted (:data:`MARGIN_COLOR`), so a viewer sees where the world ends.
+
     Args:
-      world_size: side of the square world (world units).
+      world_size: side of the square view (world units).
       positions: ``[N, 2]`` agent positions.
       adjacency: optional ``[N, N]`` comm graph; an edge is drawn for every nonzero entry.
-      background: optional ``[H, W]`` scalar field over the world (row 0 = bottom, i.e.
+      background: optional ``[H, W]`` scalar field over the view (row 0 = bottom, i.e.
         ``background[iy, ix]``), drawn as a white-to-orange heat map (e.g. a density).
       targets: optional ``[M, 2]`` target/goal positions, drawn as rings.
       targets_done: optional ``[M]`` bool; done targets are drawn green.
       target_radius: ring radius in world units (a small default if ``None``).
+      agent_radius_px: agent dot radius in pixels.
+      size: frame side in pixels.
+      arena: ``(x0, y0, x1, y1)``, the world's boundary in view coordinates (default:
+        the whole view, ``(0, 0, world_size, world_size)``); an env whose view is wider
+        than its world (to keep agents that left it in frame) passes the world here.
+      pad_px: margin around the view in pixels (default ``agent_radius_px + 4``).
     """
+    pad = agent_radius_px + 4 if pad_px is None else int(pad_px)
+    if not 0 <= 2 * pad < size - 1:
+        raise ValueError(f"pad_px ({pad}) leaves no room in a {size} px frame")
+    inner = size - 2 * pad  # the view's side in pixels
+    img = Image.new("RGB", (size, size), MARGIN_COLOR)
+    draw = ImageDraw.Draw(img)
+    x0, y0, x1, y1 = (0.0, 0.0, world_size, world_size) if arena is None else arena
+    (ax0, ay1), (ax1, ay0) = _to_px(np.array([[x0, y0], [x1, y1]]), world_size, size, pad)
     if background is not None:
         field = np.asarray(background, dtype=np.float64)
         span = field.max() - field.min()
         field = (field - field.min()) / span if span > 0 else np.zeros_like(field)
         field = field[::-1]  # row 0 is the bottom of the world
         rgb = 255 - np.multiply.outer(field, 255 - np.asarray(HEAT_COLOR, np.float64))
-        img = Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).resize((size, size))
+        img.paste(Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).resize((inner, inner)),
+                  (pad, pad))
     else:
-        img = Image.new("RGB", (size, size), (255, 255, 255))
-    draw = ImageDraw.Draw(img)
-    px = _to_px(positions, world_size, size)
+        draw.rectangle([ax0, ay0, ax1, ay1], fill=(255, 255, 255))
+    draw.rectangle([ax0 - 1, ay0 - 1, ax1 + 1, ay1 + 1], outline=ARENA_COLOR, width=1)
+    px = _to_px(positions, world_size, size, pad)
 
     if adjacency is not None:
         adj = np.asarray(adjacency)
@@ -86,9 +114,9 @@ def draw_swarm(
             draw.line([tuple(px[i]), tuple(px[j])], fill=LINK_COLOR, width=1)
 
     if targets is not None:
-        tpx = _to_px(targets, world_size, size)
+        tpx = _to_px(targets, world_size, size, pad)
         r = (target_radius if target_radius is not None else 0.02 * world_size)
-        r_px = max(2.0, r / world_size * (size - 1))
+        r_px = max(2.0, r / world_size * (inner - 1))
         done = np.zeros(len(tpx), bool) if targets_done is None else np.asarray(targets_done)
         for (x, y), d in zip(tpx, done, strict=True):
             color = DONE_COLOR if d else TARGET_COLOR

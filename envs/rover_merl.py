@@ -348,7 +348,8 @@ class RoverMERL(SwarmEnv):
     # --- host ----------------------------------------------------------------------
     def render(self, state: RoverMERLState) -> np.ndarray:
         """Rovers, comm links, POIs as rings of radius ``act_dist`` (green once observed).
-        The view is the world square, widened to keep in frame any rover that left it."""
+        The view is the world square (outlined), widened to keep in frame any rover that
+        left it."""
         pos = np.asarray(state.pos, np.float64)
         pois = np.asarray(state.targets, np.float64)
         w = float(self.world_size)
@@ -358,7 +359,8 @@ class RoverMERL(SwarmEnv):
         d2 = np.sum((pos[:, None] - pos[None]) ** 2, axis=-1)
         adj = (d2 <= self.comm_radius ** 2) & ~np.eye(len(pos), dtype=bool)
         return draw_swarm(side, pos - lo, adjacency=adj, targets=pois - lo,
-                          targets_done=np.asarray(state.found), target_radius=self.act_dist)
+                          targets_done=np.asarray(state.found), target_radius=self.act_dist,
+                          arena=(-lo[0], -lo[1], w - lo[0], w - lo[1]))
 
 
 # --- reference policies ------------------------------------------------------------------

@@ -68,7 +68,9 @@ class JaxFunctions:
     # fitness(thetas[P, D], actor, keys[E]) -> [P]: the population's team fitness exactly
     # as generation evaluates it (chunked, sharded; inputs placed as generation places them)
     fitness: Callable
-    gif_episode: Callable  # (actor, key) -> Episode with states: one deterministic episode
+    # (actor, key) -> Episode with states and outs {"team_reward", "metrics"} per step: one
+    # deterministic episode (the GIF's frames and header)
+    gif_episode: Callable
 
 
 @dataclasses.dataclass
@@ -130,7 +132,9 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     def fitness(thetas, actor, keys):
         return local(fitness_jit(*place(thetas, actor, keys)))
 
-    gif = eqx.filter_jit(lambda actor, k: episode(core, actor, k, True, keep_states=True))
+    gif = eqx.filter_jit(lambda actor, k: episode(
+        core, actor, k, True, keep_states=True,
+        record=lambda out: {"team_reward": out.team_reward, "metrics": out.metrics}))
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
                        mappo.make_train_step(core, mcfg, fused),
                        mappo.make_guarded_train_step(core, mcfg, fused),

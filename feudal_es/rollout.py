@@ -12,7 +12,7 @@ the population is split over them (:mod:`feudal_es.sharding`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -37,10 +37,11 @@ CPU_POPULATION_CHUNK = 8  # population_chunk=0 on a CPU backend (bench/perf.py m
 
 
 def episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, deterministic: bool,
-            keep_states: bool = False) -> Episode:
+            keep_states: bool = False, record: Callable[[Any], Any] | None = None) -> Episode:
     """One full episode of the feudal actor from ``env.reset(key)`` (options re-chosen every
     ``actor.selector_period`` steps, and when done with ``option_ends``); ``outs`` holds
-    each step's env metrics."""
+    each step's env metrics, or ``record(out)`` of each step's ``EnvOut`` when given (the
+    episode GIF also keeps the team reward, for its header)."""
 
     def act(k, obs, state, option, t):
         option, out = actor.step(k, obs, env.comm_graph(state), option, t, deterministic,
@@ -48,7 +49,8 @@ def episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, deterministic: bo
         return out.env_action, option
 
     return run_episode(key, env, act, actor.initial_option(env.num_agents),
-                       keep_states=keep_states, record=lambda out: out.metrics)
+                       keep_states=keep_states,
+                       record=(lambda out: out.metrics) if record is None else record)
 
 
 def make_population_rollouts(env: SwarmEnv, deterministic: bool, chunk: int = 0,

@@ -19,7 +19,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -27,8 +27,11 @@ import numpy as np
 from feudal_es import checkpoint, modes
 from feudal_es.atomic import append, atomic_write, atomic_write_text
 
-__all__ = ["CAPTION", "LABELS", "RunDir", "check_new_run_dir", "clean", "default_run_dir",
-           "plot_history", "seed_dirs", "write_config"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["LABELS", "RunDir", "check_new_run_dir", "clean", "default_run_dir",
+           "learning_curve_figure", "plot_history", "seed_dirs", "write_config"]
 
 log = logging.getLogger("feudal_es.rundir")
 
@@ -86,65 +89,134 @@ LABELS = {
     "fitness_best": "pop. best",  # best member θ+σε this generation, on the fitness episodes
     "fitness_mean": "pop. mean",
 }
-CAPTION = ("selector: the current selector (ES mean θ) on the evaluation episodes; pop. best / "
-           "mean: this generation's perturbed members θ+σε on the fitness episodes (other "
-           "episodes, and perturbed, so they can sit below the selector).")
+# What each line of the learning curve is; the caption names only the lines drawn.
+_MEANING = {
+    "selector_fitness": "the current selector (ES mean θ) on the evaluation episodes",
+    "best_selector": 'the best "selector" value so far (the best_selector file)',
+    "fitness_best": "this generation's best perturbed member θ+σε, on the fitness episodes "
+                    "(other episodes, and perturbed, so it can sit below the selector)",
+    "fitness_mean": "the mean of this generation's perturbed members",
+}
+_MEANING_NO_ES = {  # a mode without ES: the selector stays as it started
+    "selector_fitness": "the current policy (its selector fixed) on the evaluation episodes",
+    "best_selector": 'the best "selector" value so far',
+}
+# The MAPPO panels: row key, panel title, y label (one quantity, one axis each).
+_MAPPO_PANELS = (
+    ("mappo/team_return", "MAPPO: team return", "team return per training episode"),
+    ("mappo/episode_return", "MAPPO: agent return",
+     "mean agent return per training episode"),
+    ("mappo/skill_reward", "MAPPO: training reward", "training reward per agent-step"),
+)
+_EPISODE_KEYS = ("mappo/team_return", "mappo/episode_return")  # logged when an episode ended
 
-def plot_history(history: list[dict], path: Path, title: str,
-                 mode: str | None = None) -> Path | None:
-    """Learning curve PNG (matplotlib, Agg): team fitness by round (left) and the MAPPO
-    training returns (right), with the :data:`CAPTION` naming what each line is. A panel
-    whose learner the ``mode`` freezes says so. Returns None when matplotlib is missing."""
+
+def _column(history: list[dict], name: str) -> np.ndarray:
+    """One row key over the rounds as floats, NaN where a row lacks it or holds None."""
+    return np.array([np.nan if h.get(name) is None else h[name] for h in history], float)
+
+
+def learning_curve_figure(history: list[dict], title: str,
+                          mode: str | None = None) -> Figure | None:
+    """The learning curve as a matplotlib ``Figure`` (object API, no pyplot state), built
+    from ``metrics.jsonl`` rows alone so that it can be checked without training.
+
+    Panel 1: team fitness by round (the current selector, the best so far and, when ES
+    runs, the population's best / mean), titled by what produced it. Then, when the
+    ``mode`` trains the executor (or the rows hold MAPPO numbers), one panel per MAPPO
+    quantity (team return, mean agent return, training reward per step), each on its own
+    labelled y axis, since they differ by orders of magnitude. Episode returns exist only
+    in rounds where a training episode ended (a round may collect fewer steps than an
+    episode lasts): their lines join those rounds and the panel says how many there are.
+    A learner the mode does not run is said in a title, never over the data; the caption
+    explains only the lines drawn. None when matplotlib is missing."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
-    rounds = np.array([h["round"] + 1 for h in history])
+    plan = None if mode is None else modes.mode(mode)
+    runs_es = plan is None or plan.runs_es
+    meaning = _MEANING if runs_es else _MEANING_NO_ES
+    rounds = np.array([h["round"] + 1 for h in history], int)
+    mappo_rounds = np.array([any(k.startswith("mappo/") and v is not None
+                                 for k, v in h.items()) for h in history], bool)
+    show_mappo = (plan.trains_executor if plan is not None else True) or bool(
+        mappo_rounds.any())
 
-    def line(ax, name, fmt, label, **kw):
-        vals = np.array([np.nan if h.get(name) is None else h[name] for h in history], float)
-        ok = np.isfinite(vals)  # connect the rounds that have a value
+    fig = Figure(figsize=(10, 7.6) if show_mappo else (6.4, 4.8))
+    axes = fig.subplots(2, 2).ravel() if show_mappo else [fig.subplots()]
+    drawn: list[str] = []
+
+    def line(ax: Any, vals: np.ndarray, fmt: str, label: str | None = None, **kw: Any) -> int:
+        ok = np.isfinite(vals)  # join the rounds that have a value, markers on them
         if ok.any():
             ax.plot(rounds[ok], vals[ok], fmt, label=label, **kw)
-        return ok.any()
+        return int(ok.sum())
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
-    line(ax1, "selector_fitness", "o-", LABELS["selector_fitness"], ms=3)
-    best = np.fmax.accumulate(np.array(
-        [np.nan if h.get("selector_fitness") is None else h["selector_fitness"]
-         for h in history], float)) if history else np.array([])
-    if best.size and np.isfinite(best).any():
-        ax1.plot(rounds, best, "-", color="0.6", lw=1, label=LABELS["best_selector"])
-    line(ax1, "fitness_best", "--", LABELS["fitness_best"], lw=1)
-    line(ax1, "fitness_mean", ":", LABELS["fitness_mean"], lw=1)
-    ax1.set_ylabel("team fitness (higher is better)")
-    ax1.set_title("ES: team fitness")
-    drawn = False
-    for name, label in (("mappo/team_return", "team return"),
-                        ("mappo/episode_return", "mean agent return"),
-                        ("mappo/skill_reward", "skill reward / step")):
-        drawn |= line(ax2, name, ".-", label)
-    ax2.set_title("MAPPO training rollouts")
-    for ax in (ax1, ax2):
+    ax = axes[0]
+    fitness = _column(history, "selector_fitness")
+    if line(ax, fitness, "o-", LABELS["selector_fitness"], ms=3):
+        drawn.append("selector_fitness")
+        ax.plot(rounds, np.fmax.accumulate(fitness), "-", color="0.6", lw=1,
+                label=LABELS["best_selector"])
+        drawn.append("best_selector")
+    if runs_es:
+        for name, fmt in (("fitness_best", "--"), ("fitness_mean", ":")):
+            if line(ax, _column(history, name), fmt, LABELS[name], lw=1):
+                drawn.append(name)
+    ax.set_ylabel("team fitness (team return per episode)")
+    ax.set_title("ES: team fitness" if runs_es
+                 else f"Team fitness\n{plan.frozen}", fontsize=10)
+    if not drawn:
+        ax.text(0.5, 0.5, "no rounds yet", ha="center", va="center", transform=ax.transAxes,
+                fontsize=9, color="0.3")
+    elif len(drawn) > 1:
+        ax.legend(fontsize=8)
+
+    sparse = None
+    for ax, (name, panel, ylabel) in zip(axes[1:], _MAPPO_PANELS if show_mappo else (),
+                                         strict=True):
+        vals = _column(history, name)
+        n = line(ax, vals, ".-", color="C3" if name in _EPISODE_KEYS else "C4")  # not ES's
+        ax.set_ylabel(ylabel)
+        if name in _EPISODE_KEYS and 0 < n < mappo_rounds.sum():
+            sparse = (n, int(mappo_rounds.sum()))
+            panel += f"\nrounds in which a training episode ended: {n} of {sparse[1]}"
+        ax.set_title(panel, fontsize=10)
+        if not n:  # an empty panel: the note cannot cover data
+            why = ("no training episode ended yet" if name in _EPISODE_KEYS
+                   and mappo_rounds.any() else "no MAPPO rounds logged")
+            ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes,
+                    fontsize=9, color="0.3")
+    for ax in axes:
         ax.set_xlabel("outer round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    plan = None if mode is None else modes.mode(mode)
-    for ax, frozen in ((ax1, plan is not None and not plan.runs_es),
-                       (ax2, plan is not None and not plan.trains_executor)):
-        if frozen or (ax is ax2 and not drawn):
-            ax.text(0.5, 0.5, plan.frozen if frozen else "no MAPPO rounds", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=9, color="0.3")
-    fig.suptitle(title, fontsize=10)
-    fig.text(0.5, 0.01, CAPTION, ha="center", va="bottom", fontsize=7, wrap=True)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+
+    caption = [f"{LABELS[k]}: {meaning[k]}" for k in drawn]
+    if show_mappo:
+        caption.append("MAPPO panels: the round's training rollouts (means over its "
+                       "gradient steps)")
+    if sparse:
+        caption.append("episode returns exist only in rounds in which a training episode "
+                       "ended (a round collects fewer steps than an episode lasts); the "
+                       "lines join those rounds")
+    head = title if show_mappo or plan is None else f"{title}\n{plan.frozen}"
+    fig.suptitle(head, fontsize=10)
+    fig.text(0.5, 0.01, "; ".join(caption) + ".", ha="center", va="bottom", fontsize=7,
+             wrap=True)
+    fig.tight_layout(rect=(0, 0.08 if show_mappo else 0.12, 1, 1))
+    return fig
+
+
+def plot_history(history: list[dict], path: Path, title: str,
+                 mode: str | None = None) -> Path | None:
+    """:func:`learning_curve_figure` as a PNG at ``path`` (written atomically). Returns
+    None when matplotlib is missing."""
+    fig = learning_curve_figure(history, title, mode)
+    if fig is None:
+        return None
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
-    plt.close(fig)
     return path
 
 

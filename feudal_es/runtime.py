@@ -24,11 +24,12 @@ import numpy as np
 
 from agents import CentralCritic, FeudalActor
 from envs.base import has_option_goals
+from envs.gif import episode_info
 from feudal_es import budget, es, mappo
 from feudal_es.config import TrainerConfig
 from feudal_es.functions import jax_functions
 from feudal_es.migration import migration_env_steps
-from feudal_es.pettingzoo_host import EnvNotices
+from feudal_es.pettingzoo_host import EnvNotices, team_reward
 from feudal_es.resolve import ResolvedEnv
 from feudal_es.rollout import members_at_once, population_chunk
 
@@ -126,14 +127,16 @@ class JaxRuntime:
         del eval_key
         return self.fns.generation(key, state, actor)
 
-    def episode_frames(self, actor: FeudalActor, key: jax.Array, seed: int
-                       ) -> list[np.ndarray]:
-        """Frames of one deterministic episode from ``key`` (``seed``: the host path's)."""
+    def episode_record(self, actor: FeudalActor, key: jax.Array, seed: int
+                       ) -> tuple[list[np.ndarray], dict[str, list[float | None]]]:
+        """Frames of one deterministic episode from ``key`` (``seed``: the host path's) and
+        their header values (:func:`envs.gif.episode_info`: running team reward, metrics)."""
         del seed
-        states = jax.device_get(self.fns.gif_episode(actor, key).states)
-        count = jax.tree.leaves(states)[0].shape[0]
-        return [self.core.render(jax.tree.map(lambda s, i=i: s[i], states))
-                for i in range(count)]
+        ep = jax.device_get(self.fns.gif_episode(actor, key))
+        count = jax.tree.leaves(ep.states)[0].shape[0]
+        frames = [self.core.render(jax.tree.map(lambda s, i=i: s[i], ep.states))
+                  for i in range(count)]
+        return frames, episode_info(ep.outs["team_reward"], ep.outs["metrics"])
 
     def round_env_steps(self, mappo_steps: int, es_candidates: int) -> int:
         """Swarm steps a round simulates: MAPPO samples, ES fitness episodes (members x
@@ -274,16 +277,18 @@ class HostRuntime:
 
         return es.host_generation(key, state, fitness, self.config.es)
 
-    def episode_frames(self, actor: FeudalActor, key: jax.Array, seed: int
-                       ) -> list[np.ndarray]:
+    def episode_record(self, actor: FeudalActor, key: jax.Array, seed: int
+                       ) -> tuple[list[np.ndarray], dict[str, list[float | None]]]:
         """Frames of one deterministic episode of a fresh ``render_mode="rgb_array"``
-        instance, reset with ``seed``."""
+        instance, reset with ``seed``, and their header values (the running team reward,
+        :func:`~feudal_es.pettingzoo_host.team_reward` of each step)."""
         try:
             env = self.make(render_mode="rgb_array")
         except TypeError as e:
             raise ValueError(f"env {self.config.env!r} cannot render (no render_mode "
                              f"'rgb_array': {e})") from None
         frames: list[np.ndarray] = []
+        rewards: list[float] = []
 
         class Recording:
             """The env, with a frame rendered after ``reset`` and every ``step``."""
@@ -299,13 +304,17 @@ class HostRuntime:
             def step(self, actions: Any) -> Any:
                 out = env.step(actions)
                 frames.append(np.asarray(env.render()))
+                try:  # a malformed step is the evaluator's to report (check_step)
+                    rewards.append(team_reward(out[4], out[1]))
+                except (TypeError, AttributeError, IndexError, KeyError, ValueError):
+                    rewards.append(float("nan"))
                 return out
 
         self.evaluator.episode(actor, Recording(), int(seed), key)
         if not frames or frames[0] is None or frames[0].ndim != 3:
             raise ValueError(f"env {self.config.env!r} did not return rgb frames from "
                              "render()")
-        return frames
+        return frames, episode_info(rewards if len(rewards) == len(frames) - 1 else None)
 
     def round_env_steps(self, mappo_steps: int, es_candidates: int) -> int:
         """Unknown on the host path (episodes end when the env says): 0."""
