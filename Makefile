@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed
 # What demo and test need. The ray and jaxmarl tests skip without their extras; CI
 # (.ci/run) installs both first: `.venv/bin/pip install -e ".[ray,jaxmarl]"`.
 EXTRAS ?= dev
+# extra arguments of `make demo`, e.g. `make demo DEMO_ARGS="--n-outer 5 --seed 1"`
+DEMO_ARGS ?=
 
 .PHONY: demo test test-slow lint bench results results-merl clean
 
@@ -17,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/feudal-es demo
+	$(BIN)/feudal-es demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q --durations=15 -n auto --dist loadfile
@@ -33,7 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.all
 
 # Every plot and table of the README's Results section, from scratch (see the README for
-# its wall time; `python -m experiments.all --scale 0.05` is a smoke version).
+# its wall time; `.venv/bin/python -m experiments.all --scale 0.05` is a smoke version).
 results: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[jaxmarl]"
 	$(BIN)/python -m experiments.all

@@ -6,6 +6,7 @@ the block headed ``# my_envs.py`` is saved there as that module. The shell block
 own PettingZoo env" then runs line by line through the installed ``feudal-es`` console
 script, from that directory and without ``PYTHONPATH``, as the README says it can.
 Compilations are shared with the rest of the session through its XLA cache (conftest.py).
+Every other shell command of the README: tests/test_readme_commands.py.
 """
 
 from __future__ import annotations
