@@ -185,7 +185,24 @@ def check_step(env: Any, actions: Mapping, out: Any, spec: HostEnvSpec,
             raise EnvOutputError(f"{name}.step() reward of {a!r} must be a number, got "
                                  f"{_brief(r)}")
     _check_live_obs(env, obs, spec, f"{name}.step()")
+    _check_skill_rewards(name, out[4], spec)
     return out
+
+
+def _check_skill_rewards(name: str, infos: Mapping, spec: HostEnvSpec) -> None:
+    """``infos[agent]["skill_rewards"]``, where sent, holds one number per option: a
+    length other than ``spec.num_skills`` would pay an option another option's reward."""
+    for a, info in infos.items():
+        channels = info.get("skill_rewards") if isinstance(info, Mapping) else None
+        if channels is None:
+            continue
+        size = np.asarray(channels).size
+        if size != spec.num_skills:
+            raise EnvOutputError(
+                f"{name}.step() infos[{a!r}]['skill_rewards'] has {size} value(s), but the "
+                f"selector has {spec.num_skills} option(s) {list(spec.skill_names)}: send "
+                "one reward per option (an env names its options in skill_names; without "
+                "them it gets one option, or --set num_skills=N)")
 
 
 def _check_live_obs(env: Any, obs: Mapping, spec: HostEnvSpec, where: str) -> None:

@@ -31,13 +31,14 @@ from pettingzoo.test import parallel_api_test
 
 from agents import ActorConfig
 from envs.jaxmarl_env import available as jaxmarl_available
-from feudal_es import cli
+from feudal_es import cli, cli_train
 from feudal_es.config import (
     OBSERVATION_DEFAULTS,
     VEC_ACTOR,
     TrainerConfig,
 )
 from feudal_es.env_defaults import mappo_steps_per_round
+from feudal_es.pettingzoo_host import EnvOutputError, HostEnvSpec, check_step
 from feudal_es.resolve import apply_env_defaults, resolve_env, trainable_ids
 from feudal_es.trainer import ESTrainer
 
@@ -57,7 +58,7 @@ def _defaults(env: str, **kwargs) -> tuple[TrainerConfig, object]:
 
 def _train_args(*argv: str) -> TrainerConfig:
     """The config ``feudal-es train ARGV`` builds (before the env's defaults)."""
-    return cli._train_config(cli.build_parser().parse_args(["train", *argv]))
+    return cli_train.train_config(cli.build_parser().parse_args(["train", *argv]))
 
 
 # --- the defaults by observation kind --------------------------------------------------
@@ -165,7 +166,7 @@ def test_a_resumed_run_trains_the_config_it_saved(tmp_path, monkeypatch):
 def test_banner_says_what_was_chosen_and_why(tmp_path, capsys):
     trainer = ESTrainer(TrainerConfig(env=GATHER, mode="mappo", gif=False), tmp_path / "m")
     trainer.run = lambda progress=False: None  # the banner, not the rounds
-    assert cli._run_training(trainer, progress=False) == 0
+    assert cli_train.run_training(trainer, progress=False) == 0
     banner = capsys.readouterr().out.split("\ndone in")[0]
     assert ("vector observations -> vector actor, 6400 MAPPO env steps/round (the "
             "defaults for vector observations)") in banner
@@ -284,3 +285,23 @@ def test_an_own_vector_env_learns_with_the_defaults(tmp_path, capsys):
     # at one point; the old defaults, the CNN-sized actor and 256 MAPPO steps per round,
     # ended ~0.7x as far apart after these 3 rounds)
     assert np.mean(trained) > 0.1 * np.mean(untrained), (trained, untrained)
+
+
+class UnnamedSkillGather(SkillGather):
+    """Sends three skill rewards but names no skills."""
+
+    skill_names = None
+
+
+def test_skill_rewards_without_skill_names_is_refused_by_name():
+    """Three skill rewards and one option would pay option 0 channel 0 silently."""
+    env = UnnamedSkillGather()
+    spec = HostEnvSpec(env)
+    env.reset(seed=0)
+    actions = {a: env.action_space(a).sample() for a in env.agents}
+    with pytest.raises(EnvOutputError, match=r"has 3 value\(s\), but the selector has 1 "
+                                             r"option\(s\) \['skill_0'\].*num_skills=N"):
+        check_step(env, actions, env.step(actions), spec)
+    spec3 = HostEnvSpec(env, num_skills=3)  # asked for three: accepted
+    env.reset(seed=0)
+    check_step(env, actions, env.step(actions), spec3)
