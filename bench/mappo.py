@@ -90,7 +90,8 @@ MERL_CONFIG = dict(  # the MERL setting timed on Discovery (8 agents, vector obs
     es=dict(pop_size=32, sigma=0.1, lr=0.05, optimizer="adam"),
     mappo=dict(num_envs=32, num_steps=50, epochs=4, minibatches=4),
     critic=dict(hidden=[64, 64], layer_norm=False), checkpoint_every=10**6,
-    plot_every=10**6, gif=False)
+    plot_every=10**6, gif=False,
+    auto=())  # exactly these settings: no defaults by observation kind
 
 
 def merl_throughput(seeds: tuple[int, ...], rounds: int) -> dict:
