@@ -2,9 +2,10 @@
 
 Each python block runs as written, in a fresh interpreter whose working directory is a
 scratch directory (nothing on ``PYTHONPATH`` but what the installed package provides);
-the block headed ``# my_envs.py`` is saved there as that module. The shell block of "Your
-own PettingZoo env" then runs line by line through the installed ``feudal-es`` console
-script, from that directory and without ``PYTHONPATH``, as the README says it can.
+the block headed ``# my_envs.py`` is saved there as that module (and must equal the shipped
+``examples/my_envs.py``). The shell block of "Your own PettingZoo env" then runs verbatim,
+line by line, in a scratch copy of the checkout's layout (``examples/`` beside a ``.venv``
+that is the test session's), without ``PYTHONPATH``, as the README says it can.
 Compilations are shared with the rest of the session through its XLA cache (conftest.py).
 Every other shell command of the README: tests/test_readme_commands.py.
 """
@@ -36,14 +37,30 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """A scratch working directory holding the README's ``my_envs.py``."""
-    d = tmp_path_factory.mktemp("readme")
+EXAMPLE = README.parent / "examples" / "my_envs.py"
+
+
+def _module_block() -> str:
     module = [b for b in PYTHON_BLOCKS if b.startswith(MODULE_HEADER)]
     assert len(module) == 1, "the README's custom-env section lost its my_envs.py block"
-    (d / "my_envs.py").write_text(module[0])
+    return module[0]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """``ROOT/examples`` of a scratch ``ROOT`` whose ``.venv`` is the session's venv,
+    holding the README's ``my_envs.py``."""
+    root = tmp_path_factory.mktemp("readme")
+    (root / ".venv").symlink_to(Path(sys.executable).parents[1], target_is_directory=True)
+    d = root / "examples"
+    d.mkdir()
+    (d / "my_envs.py").write_text(_module_block())
     return d
+
+
+def test_the_shipped_example_is_the_readme_block():
+    assert EXAMPLE.read_text() == _module_block(), (
+        "examples/my_envs.py and README's my_envs.py block differ: copy one onto the other")
 
 
 def test_readme_has_the_blocks_this_test_runs():
@@ -66,7 +83,8 @@ def _custom_env_commands() -> list[str]:
     shell = re.findall(r"```bash\n(.*?)```", section, re.S)
     assert len(shell) == 1
     lines = [line.split("  #")[0].strip() for line in shell[0].splitlines()]
-    return [line for line in lines if line.startswith("$FEUDAL_ES ")]
+    assert lines[0] == "cd examples", "the section's commands run from examples/"
+    return lines[1:]
 
 
 @pytest.mark.skipif(not CONSOLE.exists(), reason="the feudal-es console script is not installed")
@@ -74,10 +92,11 @@ def _custom_env_commands() -> list[str]:
 def test_custom_env_section_runs_from_the_working_directory(workdir):
     """envs, train, eval, render and a module:attr train, verbatim, no PYTHONPATH."""
     commands = _custom_env_commands()
-    assert [c.split()[1] for c in commands] == ["envs", "train", "eval", "render", "train"]
+    assert [c.split()[:2] for c in commands] == [
+        ["../.venv/bin/feudal-es", c] for c in ("envs", "train", "eval", "render", "train")]
     outputs = []
     for command in commands:
-        argv = [str(CONSOLE), *shlex.split(command)[1:]]
+        argv = shlex.split(command)  # ../.venv/bin/feudal-es, resolved from cwd
         if argv[1] == "train":
             argv.append("--no-progress")
         proc = subprocess.run(argv, cwd=workdir, env=_clean_env(), capture_output=True,

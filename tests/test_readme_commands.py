@@ -20,8 +20,8 @@ its whitespace collapsed:
 A command that is in the README but not in :data:`PLAN` fails
 :func:`test_every_readme_command_is_run_or_skipped_with_a_reason` (and one in :data:`PLAN`
 that left the README fails it too), so a new command is either run or skipped with a
-reason. The lines of "Your own PettingZoo env" that run its own ``$FEUDAL_ES`` are run by
-``test_readme.py::test_custom_env_section_runs_from_the_working_directory``.
+reason. The lines of "Your own PettingZoo env" (``cd examples`` and what runs there) are
+run by ``test_readme.py::test_custom_env_section_runs_from_the_working_directory``.
 Bracketed options, ``<placeholders>`` and ``PATH``-style capitals are refused in every
 command, run or not: a README command must paste and run.
 """
@@ -134,10 +134,6 @@ PLAN: dict[str, Run | Skip] = {
     ".venv/bin/feudal-es render runs/rover --out rover.gif": Run(),
     ".venv/bin/feudal-es render runs/rover --out rover-best.gif "
     "--selector runs/rover/best_selector.safetensors": Run(),
-    # Your own PettingZoo env ($FEUDAL_ES lines: test_readme.py runs them)
-    "FEUDAL_ES=/path/to/feudal-es/.venv/bin/feudal-es":
-        Skip("sets the shell variable the section's commands use (the checkout's own path "
-             "goes there); test_readme.py runs those commands with the installed script"),
     # JaxMARL envs
     ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_spread_v3 --mode mappo "
     "--config configs/mpe.json --n-outer 10":
@@ -216,7 +212,8 @@ def key(command: str) -> str:
 
 
 def _custom_env_line(section: str, command: str) -> bool:
-    return section == CUSTOM_SECTION and command.lstrip().startswith("$FEUDAL_ES ")
+    return section == CUSTOM_SECTION and command.lstrip().startswith(
+        ("cd examples", "../.venv/bin/feudal-es "))
 
 
 def _plan_of(section: str, command: str) -> Run | Skip | None:
