@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY
 
-from feudal_es import cli
+from feudal_es import cli, cli_train
 from feudal_es.config import NESTED_CONFIGS, TrainerConfig, demo_config
 
 
@@ -74,7 +74,7 @@ def test_pretrain_offers_only_its_own_options_and_writes_a_file(tmp_path):
     # --env left out falls back to the --config file's env (it used to replace it)
     (tmp_path / "c.json").write_text(json.dumps({"env": "feudal_es/Rover-v0"}))
     args = cli.build_parser().parse_args(["pretrain", "--config", str(tmp_path / "c.json")])
-    assert cli._train_config(args).env == "feudal_es/Rover-v0"
+    assert cli_train.train_config(args).env == "feudal_es/Rover-v0"
 
 
 def test_demo_help_does_not_offer_resume():

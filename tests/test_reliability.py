@@ -42,7 +42,7 @@ from helpers import (
 )
 from line_envs import FaultyLine, Plan
 
-from feudal_es import _ckpt_reader, _ckpt_writer, checkpoint, cli, es, mappo
+from feudal_es import _ckpt_reader, _ckpt_writer, checkpoint, cli, cli_train, es, mappo
 from feudal_es.config import NESTED_CONFIGS
 from feudal_es.host import EnvOutputError
 from feudal_es.recorder import step_metrics
@@ -118,7 +118,7 @@ def test_selector_period_is_the_actors_and_its_old_spelling_still_lands_there():
                                     "actor": {"selector_period": 3}}),  # agreeing: fine
            TrainerConfig().override({"mappo.selector_period": 3})]
     args = cli.build_parser().parse_args(["train", "--set", "mappo.selector_period=3"])
-    old.append(cli._train_config(args))  # what `feudal-es train --set ...` trains
+    old.append(cli_train.train_config(args))  # what `feudal-es train --set ...` trains
     for cfg in old:
         assert cfg.actor.selector_period == 3
         assert "selector_period" not in cfg.to_dict()["mappo"]

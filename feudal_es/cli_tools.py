@@ -1,0 +1,156 @@
+"""``feudal-es eval``, ``envs``, ``render``, ``pretrain`` and ``convert``: the commands
+that use a run or an env rather than train one (train: :mod:`feudal_es.cli_train`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from feudal_es.cli_train import list_keys, train_config
+
+
+# ---------------------------------------------------------------------------------------
+# eval
+# ---------------------------------------------------------------------------------------
+def cmd_eval(args: argparse.Namespace) -> int:
+    from feudal_es.evaluate import compare_selectors, load_trainer
+
+    trainer, ckpt = load_trainer(args.run, env=args.env)
+    result = compare_selectors(trainer, ckpt, args.selector, args.episodes, args.seed,
+                               args.force)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "metrics"}, indent=2))
+        return 0
+    rows, metric_names, episodes = result["selectors"], result["metrics"], result["episodes"]
+    better = getattr(getattr(trainer.runtime, "core", None), "metric_better", {})
+    what = "selector" if len(rows) == 1 else "selectors"
+    print(f"{trainer.config.env}: {len(rows)} {what} on the same {episodes} episodes "
+          f"(seed {args.seed}), executor of {ckpt}; team fitness: higher is better")
+    header = ["selector", "team fitness (mean ± std)", "95% CI",
+              *[f"{m} ({better[m]} is better)" if m in better else m for m in metric_names]]
+    table = [[r["selector"], f"{r['fitness_mean']:.4f} ± {r['fitness_std']:.4f}",
+              f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}]",
+              *[f"{r[m]:.4f}" for m in metric_names]] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+    print(line(header))
+    print(line(["-" * w for w in widths]))
+    for t in table:
+        print(line(t))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# envs / render
+# ---------------------------------------------------------------------------------------
+def cmd_envs(args: argparse.Namespace) -> int:
+    import envs
+    from envs.jaxmarl_env import INSTALL_HINT, available, jaxmarl_ids
+    from feudal_es.resolve import JAXMARL_PREFIX, importable_ids, trainable_ids
+
+    bundled = sorted(envs.register_bundled_envs())
+    # every id is made once and checked as training checks it: only what trains is
+    # listed as trainable, the others apart with the reason training would give
+    jaxmarl, jaxmarl_refused = trainable_ids([JAXMARL_PREFIX + n for n in jaxmarl_ids()])
+    registered, missing = importable_ids()
+    others, refused = trainable_ids([i for i in registered if i not in bundled])
+    if args.json:
+        rows = ([{"id": i, "path": "jax", "source": "bundled"} for i in bundled]
+                + [{"id": i, "path": "jax", "source": "jaxmarl"} for i in jaxmarl]
+                + [{"id": i, "path": "host", "source": "pettingzoo"} for i in others])
+        print(json.dumps(rows, indent=2))
+        return 0
+    print("bundled (pure-JAX path):")
+    for i in bundled:
+        print(f"  {i}")
+    if available():
+        print("JaxMARL (pure-JAX path; envs whose agents share one observation and action "
+              "space, flat observations):")
+        for i in jaxmarl:
+            print(f"  {i}")
+    else:
+        print(f"JaxMARL envs (jaxmarl/<name>, pure-JAX path): not installed; {INSTALL_HINT}")
+    print("registered with PettingZoo (host path):")
+    for i in others:
+        print(f"  {i}")
+    for namespace, ids in missing.items():
+        print(f"  ({len(ids)} {namespace}/... ids need an extra: "
+              f"pip install 'pettingzoo[{namespace}]')")
+    if jaxmarl_refused or refused:
+        print("installed but not trainable by feudal-es (made with default arguments; why):")
+        for i, why in {**jaxmarl_refused, **refused}.items():
+            print(f"  {i}: {why}")
+    print("Also accepted: 'module:attr' naming a SwarmEnv class or a ParallelEnv factory "
+          "(--import MODULE loads a module that registers envs).")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from feudal_es.atomic import check_writable
+    from feudal_es.evaluate import load_trainer, selector_theta
+    from feudal_es.write_errors import output_failure
+
+    try:
+        check_writable(args.out)  # before any work
+    except OSError as e:
+        raise ValueError(output_failure(e, args.out)) from None
+    trainer, ckpt = load_trainer(args.run, env=args.env)
+    theta = None  # the actor's own: the checkpoint's current ("final") selector
+    if args.selector:
+        theta = selector_theta(args.selector, trainer, ckpt, args.force)[1]
+    try:
+        out = trainer.write_gif(args.out, theta=theta, seed=args.seed)
+    except OSError as e:
+        raise ValueError(output_failure(e, args.out)) from None
+    if out is None:
+        return 1
+    print(f"episode GIF: {out}")
+    return 0
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from feudal_es.pretrain import PretrainConfig, pretrain
+    from feudal_es.resolve import resolve_env
+
+    if args.list_keys:
+        return list_keys(args)
+    cfg = train_config(args)
+    env = resolve_env(cfg.env, cfg.env_kwargs)
+    names = list(env.core.skill_names) if env.kind == "jax" else []
+    if args.option in names:
+        option = names.index(args.option)
+    elif args.option.isdigit():
+        option = int(args.option)
+    else:
+        raise ValueError(f"--option {args.option!r}: name an option of the env "
+                         f"({', '.join(names) or 'none'}) or give its index")
+    pcfg = PretrainConfig(expert=args.expert, option=option, rounds=args.rounds,
+                          episodes=args.episodes, steps_per_round=args.steps, seed=cfg.seed)
+    try:
+        out, rows, losses = pretrain(cfg, pcfg, args.out, args.eval_episodes,
+                                     args.eval_seed, log=lambda msg: print(msg, flush=True))
+    except OSError as e:  # the output cannot be written (refused before any work)
+        from feudal_es.write_errors import output_failure
+
+        raise ValueError(output_failure(e, args.out or e.filename)) from None
+    print(f"loss {losses[0]:.4g} -> {losses[-1]:.4g}; on {args.eval_episodes} held-out "
+          f"episodes (seed {args.eval_seed}):")
+    for who, row in rows.items():
+        print(f"  {who:20s} " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()))
+    print(f"pretrained actor: {out} (start a run from it with --set init_from={out})")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from feudal_es.checkpoint import convert_v1
+    from feudal_es.write_errors import output_failure
+
+    try:
+        out = convert_v1(args.src, args.dst)
+    except OSError as e:
+        if e.filename is not None and Path(str(e.filename)) == Path(args.src):
+            raise  # reading the source failed
+        raise ValueError(output_failure(e, args.dst or e.filename, "DST")) from None
+    print(f"converted {args.src} -> {out}")
+    return 0
