@@ -151,14 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--out", type=text,
                     help="where to write the pretrained actor, a .safetensors file (default: "
                          "runs/<env>-<expert>-pretrained-<time>.safetensors)")
-    pt.add_argument("--expert", default="reference", type=text,
+    pt.add_argument("--recipe", type=text,
+                    help="the imitation recipe as a JSON file (fields of "
+                         "feudal_es.pretrain.PretrainConfig, e.g. configs/"
+                         "coverage_lpac_pretrain.json); the options below override it")
+    pt.add_argument("--expert", type=text,
                     help="reference policy name (envs.gif.POLICIES; Coverage: "
-                         "lloyd_clairvoyant, lloyd, random)")
-    pt.add_argument("--option", default="0", type=text,
-                    help="option held while imitating (name or index, e.g. cover)")
-    pt.add_argument("--rounds", type=at_least(1), default=3, help="1 = behaviour cloning only")
-    pt.add_argument("--episodes", type=at_least(1), default=32, help="episodes per data round")
-    pt.add_argument("--steps", type=at_least(1), default=300, help="gradient steps per round")
+                         "lloyd_clairvoyant, lloyd, random; default: the recipe's, else "
+                         "the env's first)")
+    pt.add_argument("--option", type=text,
+                    help="option held while imitating (name or index, e.g. cover; "
+                         "default: the recipe's, else 0)")
+    pt.add_argument("--rounds", type=at_least(1),
+                    help="data rounds, 1 = behaviour cloning only (default: the recipe's, "
+                         "else 3)")
+    pt.add_argument("--episodes", type=at_least(1),
+                    help="training episodes per data round (default: the recipe's, else 32)")
+    pt.add_argument("--steps", type=at_least(1), help="gradient steps per round (default: "
+                                                      "the recipe's, else 300)")
+    pt.add_argument("--no-progress", action="store_true", help="no progress bar")
     pt.add_argument("--eval-episodes", type=at_least(2), default=16)
     pt.add_argument("--eval-seed", type=seed, default=4242)
     pt.set_defaults(func=cmd_pretrain)

@@ -4,6 +4,7 @@ that use a run or an env rather than train one (train: :mod:`feudal_es.cli_train
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -116,28 +117,40 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     if args.list_keys:
         return list_keys(args)
     cfg = train_config(args)
+    recipe = PretrainConfig.load(args.recipe) if args.recipe else PretrainConfig()
     env = resolve_env(cfg.env, cfg.env_kwargs)
     names = list(env.core.skill_names) if env.kind == "jax" else []
-    if args.option in names:
+    option = recipe.option
+    if args.option is None:
+        pass
+    elif args.option in names:
         option = names.index(args.option)
     elif args.option.isdigit():
         option = int(args.option)
     else:
         raise ValueError(f"--option {args.option!r}: name an option of the env "
                          f"({', '.join(names) or 'none'}) or give its index")
-    pcfg = PretrainConfig(expert=args.expert, option=option, rounds=args.rounds,
-                          episodes=args.episodes, steps_per_round=args.steps, seed=cfg.seed)
+    given = {k: v for k, v in (("expert", args.expert), ("rounds", args.rounds),
+                               ("episodes", args.episodes), ("steps_per_round", args.steps))
+             if v is not None}
+    pcfg = dataclasses.replace(recipe, option=option, seed=cfg.seed, **given)
     try:
-        out, rows, losses = pretrain(cfg, pcfg, args.out, args.eval_episodes,
-                                     args.eval_seed, log=lambda msg: print(msg, flush=True))
+        out, rows, result = pretrain(cfg, pcfg, args.out, args.eval_episodes,
+                                     args.eval_seed, log=lambda msg: print(msg, flush=True),
+                                     progress=not args.no_progress)
     except OSError as e:  # the output cannot be written (refused before any work)
         from feudal_es.write_errors import output_failure
 
         raise ValueError(output_failure(e, args.out or e.filename)) from None
-    print(f"loss {losses[0]:.4g} -> {losses[-1]:.4g}; on {args.eval_episodes} held-out "
-          f"episodes (seed {args.eval_seed}):")
+    from feudal_es.pretrain import curve_paths
+
+    best = min(p["val_loss"] for p in result.curve if p["round"] == pcfg.rounds - 1)
+    print(f"loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g} in {len(result.losses)} "
+          f"steps, validation loss {best:.4g}; on {args.eval_episodes} held-out episodes "
+          f"(seed {args.eval_seed}):")
     for who, row in rows.items():
         print(f"  {who:20s} " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()))
+    print(f"validation curve: {', '.join(str(p) for p in curve_paths(out) if p.exists())}")
     print(f"pretrained actor: {out} (start a run from it with --set init_from={out})")
     return 0
 

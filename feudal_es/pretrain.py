@@ -8,6 +8,10 @@ each DAgger round (Ross et al. 2011) rolls out the current executor — the expe
 taken with probability ``beta`` per step, decaying — and adds the states it visits,
 labelled by the expert, to the data set. The executor's deterministic action is fit to
 the expert's by mean squared error; only executor leaves move (``agents.executor_filter``).
+Each data round also collects ``val_episodes`` episodes that are never trained on: the
+validation loss on them is measured every few gradient steps (the validation curve), a
+round's training stops after ``patience`` measurements without a better one, and the
+round ends with the actor of its best validation loss (LPAC's train / validation split).
 The result is saved as a checkpoint holding the actor, which a run starts from with
 ``TrainerConfig.init_from`` (MERL or MAPPO fine-tuning) — ``feudal-es pretrain``.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -33,8 +37,10 @@ from feudal_es import checkpoint
 if TYPE_CHECKING:
     from feudal_es.config import TrainerConfig
 
-__all__ = ["PretrainConfig", "expert_policy", "imitate", "load_pretrained", "pretrain",
-           "save_pretrained"]
+__all__ = ["LR_SCHEDULES", "Imitation", "PretrainConfig", "expert_policy", "imitate",
+           "load_pretrained", "pretrain", "save_pretrained"]
+
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,14 +56,66 @@ class PretrainConfig:
     lr: float = 1e-3
     beta_decay: float = 0.5  # DAgger: P(expert acts) in round r is beta_decay ** r
     seed: int = 0
+    val_episodes: int = 8  # held-out episodes per data round (validation loss, not trained on)
+    evals_per_round: int = 10  # validation losses measured per round (the curve's points)
+    patience: int = 0  # measurements without a better validation loss that end a round (0: never)
+    lr_schedule: str = "constant"  # or "cosine": from lr to lr / 10 over all gradient steps
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay (0: Adam)
 
     def __post_init__(self) -> None:
         c = type(self).__name__
         for name, low in (("option", 0), ("episodes", 1), ("rounds", 1),
-                          ("steps_per_round", 1), ("batch_size", 1), ("seed", 0)):
+                          ("steps_per_round", 1), ("batch_size", 1), ("seed", 0),
+                          ("val_episodes", 1), ("evals_per_round", 1), ("patience", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)
         check_number(f"{c}.lr", self.lr, low=0.0, low_open=True)
         check_number(f"{c}.beta_decay", self.beta_decay, low=0.0, high=1.0)
+        check_number(f"{c}.weight_decay", self.weight_decay, low=0.0)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"{c}.lr_schedule must be one of {LR_SCHEDULES}, got "
+                             f"{self.lr_schedule!r}")
+
+    @classmethod
+    def load(cls, path: str | Path) -> PretrainConfig:
+        """A recipe file: a JSON object of this class's fields (``configs/*_pretrain.json``);
+        one that cannot be read, or names a field this class lacks, is a ``ValueError``
+        naming the file."""
+        import json
+
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        except FileNotFoundError:
+            raise ValueError(f"recipe file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"recipe file {path} cannot be read as JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"recipe file {path} must hold a JSON object of PretrainConfig "
+                             f"fields, got {type(data).__name__}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(f"recipe file {path}: PretrainConfig has no field(s) {unknown} "
+                             f"(fields: {', '.join(sorted(fields))})")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"recipe file {path}: {e}") from None
+
+    @property
+    def chunk(self) -> int:
+        """Gradient steps between two validation losses: ``steps_per_round`` over the
+        largest divisor of it that is at most ``evals_per_round`` (one compiled chunk)."""
+        k = max(d for d in range(1, min(self.evals_per_round, self.steps_per_round) + 1)
+                if self.steps_per_round % d == 0)
+        return self.steps_per_round // k
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """Adam (AdamW with ``weight_decay``) at ``lr``, cosine-decayed to ``lr / 10`` over
+        every gradient step of the ``rounds`` when ``lr_schedule="cosine"``."""
+        lr = (optax.cosine_decay_schedule(self.lr, self.rounds * self.steps_per_round, 0.1)
+              if self.lr_schedule == "cosine" else self.lr)
+        return optax.adamw(lr, weight_decay=self.weight_decay) if self.weight_decay \
+            else optax.adam(lr)
 
 
 def expert_policy(env_id: str, name: str = "reference") -> tuple[str, Callable]:
@@ -98,25 +156,35 @@ def _episodes(env: SwarmEnv, expert: Callable, actor: FeudalActor, key: jax.Arra
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)  # [episodes * T, ...]
 
 
-def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainConfig
-            ) -> tuple[FeudalActor, list[float]]:
-    """Behaviour cloning then DAgger (see the module docstring): the imitating actor and
-    the training loss after each gradient step."""
-    tx = optax.adam(cfg.lr)
+class Imitation(NamedTuple):
+    """What :func:`imitate` returns."""
+
+    actor: FeudalActor  # each round's best actor by validation loss; the last round's
+    losses: list[float]  # the training loss of every gradient step taken
+    curve: list[dict[str, float]]  # per measurement: round, step, train_loss, val_loss
+
+
+def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainConfig,
+            progress: Callable[[dict[str, float]], None] | None = None) -> Imitation:
+    """Behaviour cloning then DAgger with a validation split (see the module docstring).
+    ``progress`` is called with each point of the curve as it is measured and with
+    ``{"round": r, "collected": samples}`` after each data round's collection."""
+    tx = cfg.optimizer()
     filt = executor_filter(actor)
     opt = tx.init(eqx.filter(actor, filt))
     fixed_option = jnp.full((env.num_agents,), cfg.option, jnp.int32)
-    collect = eqx.filter_jit(lambda a, k, beta: _episodes(env, expert, a, k, cfg.episodes,
-                                                          cfg.option, beta))
+    # one compiled collection per round: the training episodes, then the validation ones
+    collect = eqx.filter_jit(lambda a, k, beta: _episodes(
+        env, expert, a, k, cfg.episodes + cfg.val_episodes, cfg.option, beta))
+
+    def sample_loss(a, sample):  # one swarm state: the mean over agents and action dims
+        act = a.act(jax.random.key(0), sample["obs"], sample["adj"], fixed_option,
+                    deterministic=True).env_action
+        return jnp.mean(jnp.square(act - sample["label"]))
 
     def loss_fn(params, rest, mb):
         a = eqx.combine(params, rest)
-        act = jax.vmap(lambda o, adj: a.act(jax.random.key(0), o, adj, fixed_option,
-                                            deterministic=True).env_action)(mb["obs"],
-                                                                            mb["adj"])
-        return jnp.mean(jnp.square(act - mb["label"]))
-
-    size = cfg.episodes * env.max_steps  # samples per data round
+        return jnp.mean(jax.vmap(lambda x: sample_loss(a, x))(mb))
 
     @eqx.filter_jit
     def train(actor, opt, data, count, key):
@@ -130,22 +198,54 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainCo
             return (eqx.combine(eqx.apply_updates(params, updates), rest), opt), loss
 
         (actor, opt), losses = jax.lax.scan(step, (actor, opt),
-                                            jax.random.split(key, cfg.steps_per_round))
+                                            jax.random.split(key, cfg.chunk))
         return actor, opt, losses
 
+    @eqx.filter_jit
+    def validate(actor, val, count):  # mean loss over the filled part of the buffer
+        per = jax.lax.map(lambda x: sample_loss(actor, x), val, batch_size=256)
+        mask = jnp.arange(per.shape[0]) < count
+        return jnp.sum(jnp.where(mask, per, 0.0)) / count
+
+    def aggregate(buffer, new, r):  # the data sets, filled round by round (fixed shapes)
+        if buffer is None:
+            buffer = jax.tree.map(lambda x: jnp.zeros((cfg.rounds * x.shape[0],
+                                                       *x.shape[1:]), x.dtype), new)
+        return jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(
+            d, x, r * x.shape[0], axis=0), buffer, new)
+
     key = jax.random.key(cfg.seed)
-    data, losses = None, []
-    for r in range(cfg.rounds):  # one compiled collect and train for every round
+    size, val_size = cfg.episodes * env.max_steps, cfg.val_episodes * env.max_steps
+    data = val = None
+    losses: list[float] = []
+    curve: list[dict[str, float]] = []
+    for r in range(cfg.rounds):  # one compiled collect, train and validate for every round
         key, k_data, k_train = jax.random.split(key, 3)
-        new = collect(actor, k_data, cfg.beta_decay ** r if r else 1.0)
-        if data is None:  # the aggregated data set, filled round by round
-            data = jax.tree.map(lambda x: jnp.zeros((cfg.rounds * size, *x.shape[1:]),
-                                                    x.dtype), new)
-        data = jax.tree.map(lambda d, x, r=r: jax.lax.dynamic_update_slice_in_dim(
-            d, x, r * size, axis=0), data, new)
-        actor, opt, round_losses = train(actor, opt, data, (r + 1) * size, k_train)
-        losses += np.asarray(round_losses).tolist()
-    return actor, losses
+        beta = jnp.float32(cfg.beta_decay ** r if r else 1.0)  # traced: no recompile
+        new = collect(actor, k_data, beta)
+        data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r)
+        val = aggregate(val, jax.tree.map(lambda x: x[size:], new), r)
+        count, val_count = (r + 1) * size, (r + 1) * val_size
+        if progress is not None:
+            progress({"round": r, "collected": count + val_count})
+        best, best_loss, since = actor, float(validate(actor, val, val_count)), 0
+        for k in jax.random.split(k_train, cfg.steps_per_round // cfg.chunk):
+            actor, opt, chunk_losses = train(actor, opt, data, count, k)
+            losses += np.asarray(chunk_losses).tolist()
+            point = {"round": r, "step": len(losses),
+                     "train_loss": float(np.mean(chunk_losses)),
+                     "val_loss": float(validate(actor, val, val_count))}
+            curve.append(point)
+            if progress is not None:
+                progress(point)
+            if point["val_loss"] < best_loss:
+                best, best_loss, since = actor, point["val_loss"], 0
+            else:
+                since += 1
+                if cfg.patience and since >= cfg.patience:
+                    break  # early stop: the round ends with its best actor
+        actor = best
+    return Imitation(actor, losses, curve)
 
 
 def save_pretrained(path: str | Path, actor: FeudalActor, metadata: dict[str, Any]) -> Path:
@@ -163,15 +263,89 @@ def load_pretrained(path: str | Path, actor: FeudalActor) -> FeudalActor:
     return tree["actor"]
 
 
+def curve_paths(path: str | Path) -> tuple[Path, Path]:
+    """Where :func:`pretrain` writes the validation curve of the actor at ``path``:
+    ``NAME.curve.csv`` and ``NAME.curve.png`` beside ``NAME.safetensors``."""
+    path = Path(path)
+    stem = path.name[:-len(checkpoint.SUFFIX)] if path.name.endswith(checkpoint.SUFFIX) \
+        else path.stem
+    return path.with_name(f"{stem}.curve.csv"), path.with_name(f"{stem}.curve.png")
+
+
+def write_curve(path: str | Path, curve: list[dict[str, float]], title: str
+                ) -> list[Path]:
+    """The validation curve as CSV (round, step, train_loss, val_loss) and, where
+    matplotlib is installed, a PNG, each written atomically; returns what was written."""
+    from feudal_es.atomic import atomic_write, atomic_write_text
+
+    csv_path, png_path = curve_paths(path)
+    rows = ["round,step,train_loss,val_loss"] + [
+        f"{int(p['round'])},{int(p['step'])},{p['train_loss']:.6g},{p['val_loss']:.6g}"
+        for p in curve]
+    written = [atomic_write_text(csv_path, "\n".join(rows) + "\n")]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return written
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = [p["step"] for p in curve]
+    ax.plot(steps, [p["train_loss"] for p in curve], label="training (mean of the chunk)")
+    ax.plot(steps, [p["val_loss"] for p in curve], label="validation (held-out episodes)")
+    for r in sorted({int(p["round"]) for p in curve})[1:]:  # DAgger rounds begin
+        ax.axvline(min(p["step"] for p in curve if p["round"] == r), color="0.8", lw=0.8)
+    ax.set(xlabel="gradient step (grey: a DAgger round's new data)", ylabel="imitation "
+           "loss (MSE of the action)", yscale="log", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(png_path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+    return [*written, png_path]
+
+
+class _Progress:
+    """A tqdm bar over every gradient step of the imitation, with the round, the samples
+    collected and the last training / validation loss; ETA from tqdm."""
+
+    def __init__(self, cfg: PretrainConfig, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=cfg.rounds * cfg.steps_per_round, unit="step",
+                            dynamic_ncols=True, desc="imitation")
+        self.cfg = cfg
+
+    def __call__(self, point: dict[str, float]) -> None:
+        if self.bar is None:
+            return
+        if "collected" in point:  # a round begins (an early-stopped one's rest is skipped)
+            r = int(point["round"])
+            self.bar.set_description(f"round {r + 1}/{self.cfg.rounds}")
+            self.bar.update(r * self.cfg.steps_per_round - self.bar.n)
+            return
+        self.bar.set_postfix(loss=f"{point['train_loss']:.4g}",
+                             val=f"{point['val_loss']:.4g}", refresh=False)
+        self.bar.update(self.cfg.chunk)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None = None,
              eval_episodes: int = 16, eval_seed: int = 4242,
-             log: Callable[[str], None] = print) -> tuple[Path, dict[str, dict], list[float]]:
+             log: Callable[[str], None] = print, progress: bool = False
+             ) -> tuple[Path, dict[str, dict], Imitation]:
     """What ``feudal-es pretrain`` runs: imitate ``cfg.expert`` on ``config``'s env
     (a :class:`~feudal_es.config.TrainerConfig`: env, env kwargs, actor sizes) holding
-    ``cfg.option``, score the imitator and the expert on ``eval_episodes`` held-out
-    episodes (seed ``eval_seed``) and save the actor (default path: under ``runs/``).
-    A path that cannot be written is refused (the ``OSError``) before any work.
-    Returns ``(path, {who: {metric: mean}}, losses)``."""
+    ``cfg.option`` (``progress``: a progress bar on stderr), score the imitator and the
+    expert on ``eval_episodes`` held-out episodes (seed ``eval_seed``), save the actor
+    (default path: under ``runs/``) and its validation curve beside it
+    (:func:`curve_paths`). A path that cannot be written is refused (the ``OSError``)
+    before any work. Returns ``(path, {who: {metric: mean}}, imitation)``."""
     from envs.episode import run_episode, stateless
     from feudal_es.atomic import check_writable
     from feudal_es.resolve import apply_env_defaults, resolve_env
@@ -190,15 +364,23 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     name, expert = expert_policy(config.env, cfg.expert)
     path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX
     check_writable(path)
+    for extra in curve_paths(path):
+        check_writable(extra)
     actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=cfg.option)
     actor = FeudalActor.from_env(jax.random.key(config.seed), core, actor_cfg)
     log(f"feudal-es pretrain: imitating {name} on {config.env}, option "
         f"{core.skill_names[cfg.option]!r}: {cfg.rounds} rounds (behaviour cloning, then "
-        f"DAgger) of {cfg.episodes} episodes and {cfg.steps_per_round} steps")
-    actor, losses = imitate(core, actor, expert, cfg)
+        f"DAgger) of {cfg.episodes} episodes (+ {cfg.val_episodes} for validation) and "
+        f"{cfg.steps_per_round} gradient steps")
+    bar = _Progress(cfg, progress)
+    try:
+        result = imitate(core, actor, expert, cfg, bar)
+    finally:
+        bar.close()
     keys = jax.random.split(jax.random.key(eval_seed), eval_episodes)
     rollouts = jax.jit(make_population_rollouts(core, True))
-    ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None], keys))
+    ret, metrics = jax.device_get(rollouts(result.actor, selector_theta(result.actor)[None],
+                                           keys))
     ret, metrics = ret[0], {k: v[0] for k, v in metrics.items()}
     ref = jax.device_get(jax.jit(jax.vmap(lambda k: run_episode(
         k, core, stateless(expert, core), record=lambda o: o.metrics)))(keys))
@@ -206,8 +388,11 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
                          **{k: float(np.mean(v)) for k, v in metrics.items()}},
             name: {"team_return": float(np.mean(ref.team_return)),
                    **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
-    saved = save_pretrained(path, actor, {
+    last_round = [p for p in result.curve if p["round"] == result.curve[-1]["round"]]
+    saved = save_pretrained(path, result.actor, {
         "env": config.env, "config": config.to_dict(), "expert": name, "option": cfg.option,
-        "pretrain": dataclasses.asdict(cfg), "loss_first": losses[0], "loss_last": losses[-1],
-        "heldout": rows})
-    return saved, rows, losses
+        "pretrain": dataclasses.asdict(cfg), "loss_first": result.losses[0],
+        "loss_last": result.losses[-1], "val_loss": min(p["val_loss"] for p in last_round),
+        "steps": len(result.losses), "heldout": rows})
+    write_curve(saved, result.curve, f"imitating {name} on {config.env}")
+    return saved, rows, result

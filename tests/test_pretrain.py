@@ -8,6 +8,7 @@ imitation is good: J(T)/J(0) of the pretrained executor on 16 held-out episodes 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import equinox as eqx
 import jax
@@ -18,14 +19,25 @@ from agents import FeudalActor, selector_filter
 from envs.coverage import Coverage
 from envs.episode import run_episode, stateless
 from envs.policies import lloyd_clairvoyant
-from feudal_es.checkpoint import CheckpointError
+from feudal_es import cli
+from feudal_es.checkpoint import CheckpointError, read_metadata
 from feudal_es.config import COMPACT_ACTOR, TrainerConfig
-from feudal_es.pretrain import PretrainConfig, imitate, load_pretrained, save_pretrained
+from feudal_es.pretrain import (
+    PretrainConfig,
+    curve_paths,
+    imitate,
+    load_pretrained,
+    save_pretrained,
+)
 from feudal_es.rollout import make_population_rollouts
 from feudal_es.theta import selector_theta
 from feudal_es.trainer import ESTrainer
 
 COVER = 1  # Coverage's "cover" option
+# the smallest actor the CLI test's 4-pixel maps take
+SMALL_ACTOR = dict(cnn_channels=[4], cnn_strides=[2], cnn_out=8, vec_hidden=[8], vec_out=8,
+                   gnn_layers=1, gnn_features=8, embed_hidden=[], embed_dim=8,
+                   executor_hidden=[8])
 # (coverage_cost's episodes re-decide the option every 10 steps: the actor's period)
 ACTOR = dataclasses.replace(COMPACT_ACTOR, options="fixed", fixed_option=COVER,
                             selector_period=10)
@@ -50,8 +62,14 @@ def test_imitation_loss_falls_only_the_executor_moves_and_a_run_starts_from_it(t
     env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=8, rounds=2, steps_per_round=150)
-    bc, losses = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve = imitate(env, actor, lloyd_clairvoyant, cfg)
     assert len(losses) == 300
+    # ten validation losses a round, every 15 steps, each after its chunk's steps
+    assert [(p["round"], p["step"]) for p in curve] == [
+        (r, 150 * r + 15 * (i + 1)) for r in range(2) for i in range(10)]
+    for p in curve:
+        assert p["train_loss"] == pytest.approx(np.mean(losses[p["step"] - 15:p["step"]]))
+    assert all(np.isfinite(p["val_loss"]) and p["val_loss"] > 0 for p in curve)
     assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:10]), losses[::30]
     np.testing.assert_array_equal(selector_theta(bc), selector_theta(actor))
     still = {jax.tree_util.keystr(p) for (p, a), b in zip(
@@ -91,8 +109,53 @@ def test_pretrained_executor_is_within_1_5x_of_clairvoyant_lloyd():
                    sensor_radius=0.5, comm_radius=0.5)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=64, rounds=3, steps_per_round=1500)
-    bc, losses = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
     ours, expert = coverage_cost(env, bc), lloyd_cost(env)
     assert losses[-1] < 0.5 * losses[0]
     assert ours <= 1.5 * expert, (ours, expert)
     assert coverage_cost(env, actor) > 0.9
+
+
+def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor():
+    """lr 30 wrecks every step: each round stops after ``patience`` measurements without a
+    better validation loss and hands on its best actor, the one it started with."""
+    env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
+    actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
+    cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
+                         steps_per_round=40, evals_per_round=4, patience=2, lr=30.0)
+    bc, losses, curve = imitate(env, actor, lloyd_clairvoyant, cfg)
+    assert len(losses) == 2 * 2 * 10 and len(curve) == 4  # two chunks of 10, each round
+    for a, b in zip(jax.tree.leaves(eqx.filter(bc, eqx.is_inexact_array)),
+                    jax.tree.leaves(eqx.filter(actor, eqx.is_inexact_array)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
+        tmp_path, capsys):
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"expert": "lloyd_clairvoyant", "option": COVER,
+                                  "episodes": 2, "val_episodes": 1, "rounds": 2,
+                                  "steps_per_round": 4, "evals_per_round": 2,
+                                  "lr_schedule": "cosine", "weight_decay": 1e-3}))
+    out = tmp_path / "bc.safetensors"
+    argv = ["pretrain", "--env", "feudal_es/Coverage-v0", "--recipe", str(recipe),
+            "--steps", "6", "--eval-episodes", "2", "--no-progress", "--out", str(out),
+            "--set", "env_kwargs.num_agents=2", "--set", "env_kwargs.max_steps=4",
+            "--set", "env_kwargs.grid_size=8", "--set", "env_kwargs.map_size=4",
+            *[f"--set=actor.{k}={json.dumps(v)}" for k, v in SMALL_ACTOR.items()]]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    csv_path, png_path = curve_paths(out)
+    assert csv_path == tmp_path / "bc.curve.csv" and png_path.is_file()
+    rows = csv_path.read_text().splitlines()
+    # --steps 6 over the recipe's 4: two measurements of 3 steps a round, two rounds
+    assert rows[0] == "round,step,train_loss,val_loss" and len(rows) == 1 + 4
+    assert [r.split(",")[:2] for r in rows[1:]] == [["0", "3"], ["0", "6"], ["1", "9"],
+                                                    ["1", "12"]]
+    meta = read_metadata(out)
+    assert meta["pretrain"]["lr_schedule"] == "cosine" and meta["pretrain"]["option"] == COVER
+    assert meta["steps"] == 12 and "validation loss" in text and str(csv_path) in text
+
+    recipe.write_text(json.dumps({"epochs": 3}))
+    assert cli.main(argv) == 2
+    assert "PretrainConfig has no field(s) ['epochs']" in capsys.readouterr().err
