@@ -19,6 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "'final' (the current selector of the checkpoint: a finished run's "
                         "final one) or a checkpoint file (ckpt_*.safetensors: its current "
                         "selector)")
+    # --set of eval and render: the env kwargs only (feudal_es.cli_tools.env_overrides)
+    env_set = ("change an env kwarg of the run's config for this {what} (repeatable), e.g. "
+               "env_kwargs.num_agents=8 or env_kwargs.world_size=1.414: the actor trained "
+               "with N agents plays M; VALUE is JSON, else a plain string (as train's "
+               "--set). Only env_kwargs.* keys, and only changes that keep the actor's "
+               "parameter shapes (not e.g. map_size or obs_mode; those are refused)")
     common = Parser(add_help=False)
     common.add_argument("--import", dest="imports", action="append", metavar="MODULE",
                         type=text, help="import MODULE first (repeatable), e.g. one that "
@@ -105,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="episodes (default: the run's config's episodes, at least 16)")
     ev.add_argument("--seed", type=seed, default=12345,
                     help="seed of the episodes (default: %(default)s)")
+    ev.add_argument("--set", action="append", metavar="env_kwargs.KEY=VALUE", type=text,
+                    help=env_set.format(what="evaluation"))
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ev.add_argument("--force", action="store_true",
                     help="evaluate selector files of another env or actor (a warning)")
@@ -126,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--env", type=text,
                     help="render on this env id (e.g. the run's own 'module:attr' env, which "
                          "a run directory alone never imports)")
+    rd.add_argument("--set", action="append", metavar="env_kwargs.KEY=VALUE", type=text,
+                    help=env_set.format(what="episode"))
     rd.add_argument("--seed", type=seed, default=0,
                     help="seed of the episode (default: %(default)s)")
     rd.add_argument("--force", action="store_true",

@@ -7,17 +7,39 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from feudal_es.cli_train import list_keys, train_config
-
 
 # ---------------------------------------------------------------------------------------
 # eval
 # ---------------------------------------------------------------------------------------
+ENV_KWARGS = "env_kwargs."
+
+
+def env_overrides(sets: list[str] | None) -> dict[str, Any] | None:
+    """``--set env_kwargs.KEY=VALUE`` of eval / render as ``{KEY: VALUE}`` (VALUE read as
+    train's --set reads it); any other key is refused: only the env can change at
+    evaluation (the actor and the rest of the config are the checkpoint's). None: none
+    given."""
+    from feudal_es.config import parse_assignment
+
+    out: dict[str, Any] = {}
+    for text in sets or ():
+        key, value = parse_assignment(text)
+        name = key[len(ENV_KWARGS):] if key.startswith(ENV_KWARGS) else ""
+        if not name:
+            raise ValueError(f"--set {key}: only env_kwargs.* can change at evaluation "
+                             "(e.g. --set env_kwargs.num_agents=8); the rest of the config "
+                             "is the checkpoint's")
+        out[name] = value
+    return out or None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from feudal_es.evaluate import compare_selectors, load_trainer
 
-    trainer, ckpt = load_trainer(args.run, env=args.env)
+    trainer, ckpt = load_trainer(args.run, env=args.env, env_kwargs=env_overrides(args.set))
     result = compare_selectors(trainer, ckpt, args.selector, args.episodes, args.seed,
                                args.force)
     if args.json:
@@ -28,6 +50,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     what = "selector" if len(rows) == 1 else "selectors"
     print(f"{trainer.config.env}: {len(rows)} {what} on the same {episodes} episodes "
           f"(seed {args.seed}), executor of {ckpt}; team fitness: higher is better")
+    if "env_kwargs" in result:
+        print(f"env_kwargs: {json.dumps(result['env_kwargs'])} (the run's, with "
+              f"{json.dumps(result['env_kwargs_overrides'])} changed)")
     header = ["selector", "team fitness (mean ± std)", "95% CI",
               *[f"{m} ({better[m]} is better)" if m in better else m for m in metric_names]]
     table = [[r["selector"], f"{r['fitness_mean']:.4f} ± {r['fitness_std']:.4f}",
@@ -96,7 +121,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         check_writable(args.out)  # before any work
     except OSError as e:
         raise ValueError(output_failure(e, args.out)) from None
-    trainer, ckpt = load_trainer(args.run, env=args.env)
+    trainer, ckpt = load_trainer(args.run, env=args.env, env_kwargs=env_overrides(args.set))
     theta = None  # the actor's own: the checkpoint's current ("final") selector
     if args.selector:
         theta = selector_theta(args.selector, trainer, ckpt, args.force)[1]

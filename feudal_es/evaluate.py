@@ -48,9 +48,19 @@ FINAL = "final"
 log = logging.getLogger("feudal_es")
 
 
-def load_trainer(path: str | os.PathLike, env: str | None = None) -> tuple[ESTrainer, Path]:
+def load_trainer(path: str | os.PathLike, env: str | None = None,
+                 env_kwargs: dict[str, Any] | None = None) -> tuple[ESTrainer, Path]:
     """A one-seed trainer holding a run's newest checkpoint (a run directory) or one
-    checkpoint file, and that checkpoint's path."""
+    checkpoint file, and that checkpoint's path.
+
+    ``env_kwargs``: overrides merged over the checkpoint's stored env kwargs (e.g.
+    ``{"num_agents": 8, "world_size": 1.414}``: an actor trained with N robots evaluated
+    with M in a larger world). The trainer then holds the checkpoint's actor and ES state
+    in a trainer built for the new env; the critic and optimizer states are not the
+    checkpoint's (their shapes depend on the number of agents; evaluation and rendering do
+    not need them). A change that alters the actor's parameter shapes (e.g. ``map_size``
+    or ``obs_mode``) is refused with a ValueError naming the leaf and the change. See
+    :func:`feudal_es.restore.from_checkpoint`."""
     p = Path(path)
     if p.is_dir():
         manager = CheckpointManager(p)
@@ -67,7 +77,7 @@ def load_trainer(path: str | os.PathLike, env: str | None = None) -> tuple[ESTra
         p = latest
     elif not p.exists():
         raise ValueError(f"{p} does not exist (expected a run directory or a checkpoint file)")
-    return ESTrainer.from_checkpoint(p, env=env), p
+    return ESTrainer.from_checkpoint(p, env=env, env_kwargs=env_kwargs), p
 
 
 def check_selector_file(path: str | os.PathLike, meta: dict, trainer: ESTrainer,
@@ -110,9 +120,11 @@ def selector_theta(spec: str | os.PathLike, trainer: ESTrainer, checkpoint: Path
     if path.resolve() == Path(checkpoint).resolve():
         return f"{path} (current selector)", trainer.result_theta()
     check_selector_file(path, read_metadata(path), trainer, force)
-    tree, _ = load(path, trainer.checkpoint_tree(), None, RENAMED)
+    # the checkpoint's own setup is the template (other env kwargs: other critic shapes)
+    own = trainer.stored_trainer or trainer
+    tree, _ = load(path, own.checkpoint_tree(), None, RENAMED)
     state = RoundState(tree["train_state"], tree["es_state"])
-    return f"{path} (current selector)", trainer.result_theta(state)
+    return f"{path} (current selector)", own.result_theta(state)
 
 
 def _kind(path: Path) -> str | None:
@@ -135,7 +147,9 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
     not read as "not given": a standard deviation needs two). Returns ``{"env",
     "checkpoint", "seed", "episodes", "selectors": [row, ...], "metrics": [name, ...]}``,
     a row per selector: ``selector``, ``fitness_mean``, ``fitness_std``, ``ci95`` and each
-    env metric's mean."""
+    env metric's mean. A trainer with overridden env kwargs (:func:`load_trainer`'s
+    ``env_kwargs``) adds ``"env_kwargs"`` (those evaluated with) and
+    ``"env_kwargs_overrides"`` (what was changed)."""
     if episodes is None:
         episodes = max(trainer.config.episodes, 16)
     episodes = check_int("episodes", episodes, 2)
@@ -166,5 +180,9 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
         for k, v in metrics.items():
             row[k] = float(np.mean(v[i]))
         rows.append(row)
-    return {"env": trainer.config.env, "checkpoint": str(checkpoint), "seed": seed,
-            "episodes": episodes, "selectors": rows, "metrics": sorted(metrics)}
+    result = {"env": trainer.config.env, "checkpoint": str(checkpoint), "seed": seed,
+              "episodes": episodes, "selectors": rows, "metrics": sorted(metrics)}
+    if trainer.env_overrides:
+        result["env_kwargs"] = dict(trainer.config.env_kwargs)
+        result["env_kwargs_overrides"] = dict(trainer.env_overrides)
+    return result

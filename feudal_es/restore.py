@@ -10,9 +10,14 @@ it names is not imported unless the caller names the same id (``env``):
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import equinox as eqx
+import jax
 
 from feudal_es import checkpoint
 from feudal_es.config import TrainerConfig
@@ -141,10 +146,22 @@ def _resume(cls: type, run_dir: Path, n_outer: int | None, env: str | None,
     return trainer
 
 
-def from_checkpoint(cls: type, path: str | os.PathLike, env: str | None = None) -> Any:
+def from_checkpoint(cls: type, path: str | os.PathLike, env: str | None = None,
+                    env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """A one-seed trainer (``cls``) holding the state of one checkpoint file (for eval /
     render). ``env`` evaluates on another env id; its networks must have the same shapes
-    (the checkpoint's structure is still checked leaf by leaf)."""
+    (the checkpoint's structure is still checked leaf by leaf).
+
+    ``env_kwargs`` (a dict) is merged over the checkpoint's stored ``env_kwargs``, e.g.
+    ``{"num_agents": 8, "world_size": 1.414}``: the actor trained with N agents plays M
+    in another world. The checkpoint is restored with its stored config, then a trainer
+    of the overridden config receives the restored *actor* (and the ES state, round,
+    history and best fitness); its critic and optimizer states are freshly built ones,
+    not the checkpoint's (they depend on the number of agents, and evaluation and
+    rendering never read them), so such a trainer is for evaluation, not for training
+    on. The actor's parameter shapes must not change: an override that changes them
+    (e.g. ``map_size``, the CNN's input, or ``obs_mode``) is refused with a ValueError
+    naming the first differing leaf and the change that causes it."""
     path = Path(path)
     config, current = stored_config(path, checkpoint.read_metadata(path))
     same_env = env is None or env == config.env
@@ -155,4 +172,108 @@ def from_checkpoint(cls: type, path: str | os.PathLike, env: str | None = None) 
     expect = trainer.checkpoint_expect() if same_env and current else None
     trainer.state = trainer.restore(0, *checkpoint.load(path, trainer.checkpoint_tree(), expect,
                                                          RENAMED))
+    if env_kwargs:
+        trainer = _transfer(cls, trainer, env_kwargs, env, path)
     return trainer
+
+
+def _check_env_kwargs(env_kwargs: Any) -> dict[str, Any]:
+    if not isinstance(env_kwargs, Mapping):
+        raise TypeError(f"env_kwargs must be a dict of overrides, got "
+                        f"{type(env_kwargs).__name__}")
+    bad = [k for k in env_kwargs if not isinstance(k, str) or not k]
+    if bad:
+        raise TypeError(f"env_kwargs keys must be non-empty strings, got {bad[0]!r}")
+    return dict(env_kwargs)
+
+
+def _actor_leaves(actor: Any) -> list[tuple[str, tuple[int, ...], Any]]:
+    """``(path, shape, dtype)`` of every array leaf of ``actor``."""
+    arrays = eqx.filter(actor, eqx.is_array)
+    return [(jax.tree_util.keystr(k), tuple(x.shape), x.dtype)
+            for k, x in jax.tree_util.tree_flatten_with_path(arrays)[0]]
+
+
+def _first_difference(built: list, wanted: list) -> str | None:
+    """The first leaf whose path, shape or dtype differs, in words (None: all equal)."""
+    for (pa, sa, da), (pb, sb, db) in zip(built, wanted, strict=False):
+        if pa != pb:
+            return f"leaf {pa} {sa} where it now has {pb} {sb}"
+        if sa != sb or da != db:
+            return f"leaf {pa} of shape {sa} {da}, which is now {sb} {db}"
+    if len(built) != len(wanted):
+        longer, n = (built, "its") if len(built) > len(wanted) else (wanted, "the new")
+        pa, sa, _ = longer[min(len(built), len(wanted))]
+        return f"{len(built)} leaves, now {len(wanted)} ({n} leaf {pa} {sa} has no match)"
+    return None
+
+
+def _transfer(cls: type, trainer: Any, env_kwargs: Mapping[str, Any], env: str | None,
+              path: Path) -> Any:
+    """A trainer of ``trainer``'s config with ``env_kwargs`` merged over its env_kwargs,
+    holding ``trainer``'s restored actor and ES state (see :func:`from_checkpoint`)."""
+    overrides = _check_env_kwargs(env_kwargs)
+    stored = trainer.config
+    merged = {**stored.env_kwargs, **overrides}
+    if merged == stored.env_kwargs:
+        return trainer
+    # the filled config (no setting left open: nothing is re-chosen by the new env) and
+    # no pretrained init to read again: the actor is the checkpoint's
+    config = dataclasses.replace(stored, env_kwargs=merged, init_from="")
+    resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, path)
+    new = cls(config, path.parent, resolved=resolved)
+    built, wanted = _actor_leaves(trainer.ts.actor), _actor_leaves(new.ts.actor)
+    diff = _first_difference(built, wanted)
+    if diff is not None:
+        changed = [k for k in overrides if stored.env_kwargs.get(k, _MISSING) != overrides[k]]
+        causes = _culprits(stored, changed, overrides, built, env, path) or changed
+        said = ", ".join(f"env_kwargs.{k}={json.dumps(overrides[k])}" for k in causes)
+        raise ValueError(
+            f"cannot evaluate {path} with {said}: the actor was built for "
+            f"{_kwargs_text(stored.env_kwargs, causes)} ({diff}); {said} "
+            f"change{'s' if len(causes) == 1 else ''} it (only env_kwargs that keep the "
+            "actor's parameter shapes can change at evaluation, e.g. num_agents)")
+    actor = eqx.combine(eqx.filter(trainer.ts.actor, eqx.is_array),
+                        eqx.filter(new.ts.actor, eqx.is_array, inverse=True))
+    new.state = new.state._replace(learner=new.ts._replace(actor=actor), es=trainer.state.es)
+    new.round = trainer.round
+    new.recorders[0].best_fitness = trainer.recorders[0].best_fitness
+    new.recorders[0].wall_offset = trainer.recorders[0].wall_offset
+    new.histories = [list(h) for h in trainer.histories]
+    new._fresh = False
+    new.stored_trainer = trainer  # the checkpoint's own setup (checkpoint templates)
+    new.env_overrides = overrides
+    return new
+
+
+_MISSING = object()
+
+
+def _kwargs_text(kwargs: Mapping[str, Any], keys: list[str]) -> str:
+    """``"map_size=8, obs_mode='maps'"``: the stored values of ``keys`` (or "the
+    default" for one the checkpoint does not set)."""
+    return ", ".join(f"{k}={json.dumps(kwargs[k])}" if k in kwargs else f"{k} (the env's "
+                     "default)" for k in keys)
+
+
+def _culprits(stored: Any, changed: list[str], overrides: dict[str, Any],
+              built: list, env: str | None, path: Path) -> list[str]:
+    """Which of ``changed`` alone changes the actor's shapes (several changed at once:
+    each tried by itself on the JAX path, the actor's shapes only); [] if none alone."""
+    if len(changed) <= 1:
+        return changed
+    found = []
+    for k in changed:
+        kwargs = {**stored.env_kwargs, k: overrides[k]}
+        try:
+            resolved = resolve_stored_env(stored.env, kwargs, stored.imports, env, path)
+            if resolved.kind != "jax":
+                return []
+            from agents.actor import FeudalActor
+
+            actor = FeudalActor.from_env(jax.random.key(0), resolved.core, stored.actor)
+        except Exception:
+            return []
+        if _first_difference(built, _actor_leaves(actor)) is not None:
+            found.append(k)
+    return found

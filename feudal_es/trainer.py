@@ -8,12 +8,11 @@ pure-JAX path for functional envs, the host path for any PettingZoo ``ParallelEn
 the same pieces ``vmap``-ped over a leading seed axis for many (the purejaxrl way: seeds
 as a batch axis, split over the devices; :func:`feudal_es.functions.seed_functions`).
 Each seed's part of a round goes to its :class:`~feudal_es.recorder.RunRecorder` (rows,
-best selector, plot, checkpoints); many seeds write ``run_dir/seed_<s>/``, each a
-complete run directory.
+best selector, plot, checkpoints); many seeds write ``run_dir/seed_<s>/``, complete runs.
 
-Keys come from each seed by a fixed derivation (:mod:`feudal_es.keys`), so a resumed run
-repeats exactly what the uninterrupted run would have done (same program, same machine).
-Many seeds equal the same seeds one by one up to float reassociation (another program).
+Keys come from each seed by a fixed derivation (:mod:`feudal_es.keys`): a resumed run
+repeats the uninterrupted one exactly (same program and machine); many seeds equal the
+same seeds one by one up to float reassociation (another program).
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ log = logging.getLogger("feudal_es.trainer")
 
 
 def stack(trees: list[Any]) -> Any:
-    """Pytrees of one structure stacked along a new leading (seed) axis; non-array
-    leaves (an Equinox module's static parts) from the first."""
+    """Pytrees stacked along a new leading (seed) axis; non-array leaves from the first."""
     arrays = [eqx.filter(t, eqx.is_array) for t in trees]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
     return eqx.combine(stacked, eqx.filter(trees[0], eqx.is_array, inverse=True))
@@ -76,7 +74,8 @@ class ESTrainer:
     seeds when there are several), ``round`` (rounds completed), ``histories`` (per seed,
     one dict per round: the rows of ``metrics.jsonl``), ``recorders`` (per seed),
     ``run_dir``. One seed also has ``ts``, ``es_state``, ``keys``, ``history``,
-    ``best_fitness`` and ``rundir``.
+    ``best_fitness`` and ``rundir``; ``env_overrides`` and ``stored_trainer``: see
+    :meth:`from_checkpoint` (``{}`` and None otherwise).
     """
 
     def __init__(self, config: TrainerConfig, run_dir: str | os.PathLike | None = None,
@@ -115,6 +114,7 @@ class ESTrainer:
         self.round = 0
         self.histories: list[list[dict]] = [[] for _ in self.seeds]
         self._fresh = True  # built from a config, not restored from a checkpoint
+        self.env_overrides, self.stored_trainer = {}, None  # see from_checkpoint
         self._chain: tuple[int, list[jax.Array]] = (0, [k.es for k in self._keys])
         self._t_start, self._end, self._pbar = 0.0, 0, None  # _pbar: a Progress
         self._stop = StopOnSignals(lambda: self.round)
@@ -484,17 +484,17 @@ class ESTrainer:
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, n_outer: int | None = None,
                env: str | None = None, at_round: int | None = None) -> ESTrainer:
-        """A trainer continuing ``run_dir`` (one seed, or a many-seed run's
-        ``seed_<s>/`` directories) from its newest checkpoint (see
-        :func:`feudal_es.restore.resume`)."""
+        """A trainer continuing ``run_dir`` (one seed, or a many-seed run's ``seed_<s>/``
+        directories) from its newest checkpoint (:func:`feudal_es.restore.resume`)."""
         from feudal_es.restore import resume
 
         return resume(cls, run_dir, n_outer=n_outer, env=env, at_round=at_round)
 
     @classmethod
-    def from_checkpoint(cls, path: str | os.PathLike, env: str | None = None) -> ESTrainer:
-        """A one-seed trainer holding the state of one checkpoint file (eval, render; see
-        :func:`feudal_es.restore.from_checkpoint`)."""
+    def from_checkpoint(cls, path: str | os.PathLike, env: str | None = None,
+                        env_kwargs: dict[str, Any] | None = None) -> ESTrainer:
+        """A one-seed trainer holding the state of one checkpoint file, for eval and render
+        (``env_kwargs``: on other env kwargs; :func:`feudal_es.restore.from_checkpoint`)."""
         from feudal_es.restore import from_checkpoint
 
-        return from_checkpoint(cls, path, env=env)
+        return from_checkpoint(cls, path, env=env, env_kwargs=env_kwargs)
