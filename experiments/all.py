@@ -1,6 +1,6 @@
 """Regenerate every result of the README's Results section: Rover (couplings 4 and 6),
-Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each
-(``--scale`` multiplies every env-step budget); MERL's rover (``rover_merl``: 7 arms at 2M
+Coverage, Coverage's LPAC imitation, Discovery, Dispersion and MPE simple_spread, 10 seeds
+each (``--scale`` multiplies every env-step budget); MERL's rover (``rover_merl``: 7 arms at 2M
 env steps, about as long as all the others together) is a separate job.
 
     python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
@@ -32,12 +32,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from experiments import coverage, mpe, rover, rover_merl, swarm
+from experiments import coverage, coverage_lpac, mpe, rover, rover_merl, swarm
 from experiments.machine import LoadSampler, Timer, machine_note
 from experiments.report import RESULTS, write_json
 from experiments.training import SEEDS
 
-STUDIES = {"rover": rover.run, "coverage": coverage.run, "discovery": swarm.discovery,
+STUDIES = {"rover": rover.run, "coverage": coverage.run, "coverage_lpac": coverage_lpac.run,
+           "discovery": swarm.discovery,
            "dispersion": swarm.dispersion, "mpe": mpe.run, "rover_merl": rover_merl.run}
 SEPARATE = ("rover_merl",)  # their own job: ``make results`` would pass 2 h with them
 DEFAULT = [name for name in STUDIES if name not in SEPARATE]

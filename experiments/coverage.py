@@ -11,37 +11,28 @@ Goal (issue 18): BC + MERL's held-out J(T)/J(0) below decentralized Lloyd's with
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
-from experiments.cli import study_main
+from experiments.cli import load_config, study_main
 from experiments.report import RESULTS
 from experiments.stats import above, fmt_ci
 from experiments.training import SEEDS, Variant, compare_arms, heldout_keys, reference_returns
 
-MAX_STEPS = 40
 BUDGET = 100_000  # env steps per run at --scale 1 (the CNN actor trains at ~3k steps/s)
 EVAL_EPISODES = 64
-ENV_KWARGS: dict[str, Any] = dict(num_agents=4, grid_size=16, map_size=8, num_features=4,
-                                  max_steps=MAX_STEPS, max_speed=0.03)
+CONFIG = load_config("coverage")  # the config every arm shares: the compact LPAC actor
+ENV_KWARGS: dict[str, Any] = CONFIG["env_kwargs"]
+MAX_STEPS = ENV_KWARGS["max_steps"]
 COVER = 1  # Coverage's skill_names.index("cover")
 ARMS = ("merl", "mappo_uniform", "mappo_fixed")
 
 
 def base_config(init_from: str = "") -> dict[str, Any]:
-    """The TrainerConfig (as a dict) every arm shares: the compact LPAC actor."""
-    from feudal_es.config import COMPACT_ACTOR
-
-    return dict(
-        env="feudal_es/Coverage-v0", env_kwargs=dict(ENV_KWARGS), grad_steps_per_outer=4,
-        episodes=2, init_from=init_from,
-        es=dict(pop_size=8, sigma=0.1, lr=0.05, optimizer="adam"),
-        mappo=dict(num_envs=8, num_steps=40, epochs=4, minibatches=2, lr=3e-4,
-                   critic_lr=3e-3, ent_coef=0.0),
-        actor={**dataclasses.asdict(COMPACT_ACTOR), "selector_period": 8},
-        critic=dict(hidden=[64, 64]))
+    """The TrainerConfig (as a dict) every arm shares: ``configs/coverage.json``."""
+    return {**copy.deepcopy(CONFIG), "init_from": init_from}
 
 
 def pretrain(path: Path, scale: float) -> Path:

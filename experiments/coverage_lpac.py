@@ -1,0 +1,263 @@
+"""Study: LPAC's imitation on Coverage (issue 32) — the executor that imitates clairvoyant
+Lloyd, alone (no fine-tuning), against decentralized and clairvoyant Lloyd, at the Coverage
+study's size (4 robots) and transferred unchanged to 2x and 4x the robots in a world
+scaled to keep the density (robots, features and area per robot as at 4 robots).
+
+The recipe (``configs/coverage_lpac_pretrain.json``) is the best probe of :data:`PROBES`
+by mean J(T)/J(0) on validation episodes (key ``VALIDATION_SEED``) over seeds 100 and
+101; the study reports seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
+
+    python -m experiments.coverage_lpac sweep    # every probe, seeds 100 101 (~25 min)
+    python -m experiments.coverage_lpac          # the study, seeds 0-9 (~35 min)
+
+Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac}.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.coverage import COVER, ENV_KWARGS, base_config
+from experiments.machine import Timer, machine_note
+from experiments.report import RESULTS, write_json
+from experiments.stats import above, fmt_ci, summarize
+from experiments.training import HELDOUT_SEED, SEEDS, VALIDATION_SEED, heldout_keys
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+RECIPE = CONFIGS / "coverage_lpac_pretrain.json"
+SWEEP_SEEDS = (100, 101)
+EVAL_EPISODES = 64
+#: the sweep's probes: PretrainConfig fields over the defaults (expert and option fixed)
+PROBES: dict[str, dict[str, Any]] = {
+    "coverage-study": dict(episodes=32, rounds=3, steps_per_round=300),
+    "more-data": dict(episodes=128, rounds=4, steps_per_round=3000),
+    "more-data-early-stop": dict(episodes=128, val_episodes=16, rounds=4,
+                                 steps_per_round=3000, patience=3),
+    "more-data-cosine-wd": dict(episodes=128, rounds=4, steps_per_round=3000,
+                                lr_schedule="cosine", weight_decay=1e-3),
+    # added after the four above had run (every probe is reported)
+    "dagger-8-rounds": dict(episodes=64, val_episodes=16, rounds=8, steps_per_round=1500,
+                            beta_decay=0.7, patience=3),
+    "lpac-lr-wd": dict(episodes=128, val_episodes=16, rounds=4, steps_per_round=3000,
+                       lr=1e-4, weight_decay=1e-3, patience=3),
+}
+FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
+
+
+def scaled_env(factor: int) -> dict[str, Any]:
+    """The study's Coverage with ``factor`` x the robots and features in a world of
+    ``factor`` x the area: the grid keeps (to rounding) its cell size, the sensor, comm
+    radius, map window and speed keep their world units."""
+    side = math.sqrt(factor)
+    return {**ENV_KWARGS, "num_agents": ENV_KWARGS["num_agents"] * factor,
+            "num_features": ENV_KWARGS["num_features"] * factor, "world_size": side,
+            "grid_size": round(ENV_KWARGS["grid_size"] * side)}
+
+
+def imitate_seed(recipe: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
+    """The imitating actor of ``recipe`` (PretrainConfig fields) for ``seed`` at the
+    study's size, and its imitation record (steps, last validation loss, wall time)."""
+    import jax
+
+    from agents import FeudalActor
+    from feudal_es.config import TrainerConfig
+    from feudal_es.pretrain import PretrainConfig, expert_policy, imitate
+    from feudal_es.resolve import apply_env_defaults, resolve_env
+
+    config = TrainerConfig.from_dict({**base_config(), "seed": seed})
+    env = resolve_env(config.env, config.env_kwargs)
+    config = apply_env_defaults(config, env)[0]
+    _, expert = expert_policy(config.env, "lloyd_clairvoyant")
+    actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=COVER)
+    actor = FeudalActor.from_env(jax.random.key(seed), env.core, actor_cfg)
+    cfg = PretrainConfig(**{"expert": "lloyd_clairvoyant", "option": COVER, **recipe,
+                            "seed": seed})
+    timer = Timer()
+    result = imitate(env.core, actor, expert, cfg)
+    last = [p["val_loss"] for p in result.curve if p["round"] == cfg.rounds - 1]
+    return result.actor, {"steps": len(result.losses), "val_loss": min(last),
+                          "wall_s": timer()}
+
+
+def coverage_costs(actor: Any, env_kwargs: dict[str, Any], keys: Any) -> list[float]:
+    """Final J(T)/J(0) of ``actor`` (holding its fixed option) on each episode of ``keys``
+    in Coverage(**env_kwargs): the actor is per robot, so any robot count plays it."""
+    import jax
+
+    from envs.coverage import Coverage
+    from feudal_es.rollout import make_population_rollouts
+    from feudal_es.theta import selector_theta
+
+    rollouts = jax.jit(make_population_rollouts(Coverage(**env_kwargs), True))
+    _, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None], keys))
+    return [float(v) for v in metrics["coverage_cost"][0]]
+
+
+def references(env_kwargs: dict[str, Any], keys: Any) -> dict[str, list[float]]:
+    """Decentralized and clairvoyant Lloyd's final J(T)/J(0) per episode of ``keys``."""
+    import jax
+
+    from envs.coverage import Coverage
+    from envs.episode import run_episode, stateless
+    from envs.policies import lloyd_clairvoyant, lloyd_decentralized
+
+    env = Coverage(**env_kwargs)
+    out = {}
+    for name, policy in (("decentralized Lloyd", lloyd_decentralized),
+                         ("clairvoyant Lloyd", lloyd_clairvoyant)):
+        final = jax.jit(jax.vmap(lambda k, p=policy: run_episode(
+            k, env, stateless(p, env)).outs.metrics["coverage_cost"][-1]))
+        out[name] = [float(v) for v in jax.device_get(final(keys))]
+    return out
+
+
+def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
+          episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+    """Every probe of :data:`PROBES` on ``seeds``, scored on validation episodes. A probe
+    already in ``out_dir``'s report with the same recipe, seeds and episodes is kept,
+    not run again (a sweep extended by new probes runs only those)."""
+    keys = heldout_keys(episodes, VALIDATION_SEED)
+    path = out_dir / "sweep-coverage_lpac.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if (old.get("seeds"), old.get("episodes")) != (list(seeds), episodes):
+        old = {}
+    timer = Timer()
+    report: dict[str, Any] = {
+        "study": "sweep-coverage_lpac", "seeds": list(seeds), "episodes": episodes,
+        "validation_seed": VALIDATION_SEED, "env_kwargs": ENV_KWARGS,
+        "references": {k: summarize(v) for k, v in references(ENV_KWARGS, keys).items()},
+        "probes": {}}
+    for name, recipe in PROBES.items():
+        done = old.get("probes", {}).get(name)
+        if done is not None and done["recipe"] == recipe:
+            report["probes"][name] = done
+            continue
+        runs = []
+        for seed in seeds:
+            actor, record = imitate_seed(recipe, seed)
+            costs = coverage_costs(actor, ENV_KWARGS, keys)
+            runs.append({"seed": seed, "coverage_cost": sum(costs) / len(costs), **record})
+            print(json.dumps({"probe": name, **runs[-1]}), flush=True)
+        report["probes"][name] = {"recipe": recipe, "runs": runs,
+                                  **summarize([r["coverage_cost"] for r in runs])}
+    ranking = sorted(report["probes"], key=lambda n: report["probes"][n]["mean"])
+    wall = sum(r["wall_s"] for p in report["probes"].values() for r in p["runs"])
+    report.update(ranking=ranking, chosen=ranking[0], wall_s=timer(), imitation_s=wall,
+                  machine=machine_note())
+    write_json(path, report)
+    (out_dir / "sweep-coverage_lpac.md").write_text(sweep_markdown(report))
+    return report
+
+
+def sweep_markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Sweep: the LPAC imitation recipe on Coverage (seeds {report['seeds']}, "
+             f"{report['episodes']} validation episodes, key {report['validation_seed']})",
+             "", "| probe | recipe | J(T)/J(0) (lower is better) | per seed | wall (s) |",
+             "|---|---|---|---|---|"]
+    for name in report["ranking"]:
+        p = report["probes"][name]
+        costs = ", ".join(f"{r['coverage_cost']:.3f}" for r in p["runs"])
+        lines.append(f"| {name} | `{json.dumps(p['recipe'])}` | {fmt_ci(p['mean'], p['ci95'])}"
+                     f" | {costs} | {sum(r['wall_s'] for r in p['runs']):.0f} |")
+    for name, ref in report["references"].items():
+        lines.append(f"| {name} (over episodes) | | {fmt_ci(ref['mean'], ref['ci95'])} | | |")
+    lines += ["", f"Chosen: **{report['chosen']}** (lowest mean). Imitation wall time, "
+              f"every probe and seed: {report['imitation_s'] / 60:.1f} min."]
+    return "\n".join(lines) + "\n"
+
+
+def scaled_recipe(recipe: dict[str, Any], scale: float) -> dict[str, Any]:
+    """``recipe`` with its episodes and gradient steps times ``scale`` (at least 1 each;
+    the rounds stay): what ``--scale`` below 1 runs (a smoke run)."""
+    if scale >= 1:
+        return dict(recipe)
+    out = dict(recipe)
+    for name in ("episodes", "val_episodes", "steps_per_round"):
+        if name in out:
+            out[name] = max(1, round(out[name] * scale))
+    return out
+
+
+def run(scale: float = 1.0, seeds: Sequence[int] = SEEDS, out_dir: Path = RESULTS,
+        episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+    """The study: the recipe of :data:`RECIPE` (``scale`` below 1: smaller, see
+    :func:`scaled_recipe`) on ``seeds``, each actor on the held-out episodes at every size
+    of :data:`FACTORS`, with the Lloyd references there."""
+    recipe = json.loads(RECIPE.read_text())
+    recipe = scaled_recipe({k: v for k, v in recipe.items() if k not in ("expert", "option")},
+                           scale)
+    keys = heldout_keys(episodes, HELDOUT_SEED)
+    timer = Timer()
+    sizes = {f: scaled_env(f) for f in FACTORS}
+    per_seed: dict[int, list[float]] = {f: [] for f in FACTORS}
+    records = []
+    for seed in seeds:
+        actor, record = imitate_seed(recipe, seed)
+        for f, kwargs in sizes.items():
+            costs = coverage_costs(actor, kwargs, keys)
+            per_seed[f].append(sum(costs) / len(costs))
+        records.append({"seed": seed, **record,
+                        **{f"coverage_cost_x{f}": per_seed[f][-1] for f in FACTORS}})
+        print(json.dumps(records[-1]), flush=True)
+    table = {}
+    for f, kwargs in sizes.items():
+        refs = {k: {**summarize(v), "over": "episodes"}
+                for k, v in references(kwargs, keys).items()}
+        imitator = {**summarize(per_seed[f]), "over": "seeds"}
+        table[f"{kwargs['num_agents']} robots"] = {
+            "env_kwargs": kwargs, "imitator": imitator, "references": refs,
+            "below_decentralized_lloyd": above(imitator, refs["decentralized Lloyd"],
+                                               higher=False)}
+    report = {"study": "coverage_lpac", "scale": scale, "recipe": recipe, "seeds": list(seeds),
+              "episodes": episodes, "heldout_seed": HELDOUT_SEED, "sizes": table,
+              "runs": records, "wall_s": timer(), "machine": machine_note()}
+    write_json(out_dir / "coverage_lpac.json", report)
+    (out_dir / "coverage_lpac.md").write_text(study_markdown(report))
+    return report
+
+
+def study_markdown(report: dict[str, Any]) -> str:
+    lines = [f"# LPAC imitation on Coverage: the imitator alone, trained at 4 robots "
+             f"(seeds {report['seeds'][0]}-{report['seeds'][-1]}, {report['episodes']} "
+             "held-out episodes)", "", f"Recipe: `{json.dumps(report['recipe'])}`", "",
+             "| robots (world side) | imitator (over seeds) | decentralized Lloyd | "
+             "clairvoyant Lloyd | imitator below decentralized Lloyd, disjoint |",
+             "|---|---|---|---|---|"]
+    for label, row in report["sizes"].items():
+        refs = row["references"]
+        lines.append(
+            f"| {label} ({row['env_kwargs']['world_size']:.3g}) | "
+            f"{fmt_ci(row['imitator']['mean'], row['imitator']['ci95'])} | "
+            f"{fmt_ci(refs['decentralized Lloyd']['mean'], refs['decentralized Lloyd']['ci95'])}"
+            f" | {fmt_ci(refs['clairvoyant Lloyd']['mean'], refs['clairvoyant Lloyd']['ci95'])}"
+            f" | {'met' if row['below_decentralized_lloyd'] else 'NOT met'} |")
+    lines += ["", f"J(T)/J(0), lower is better. Wall time {report['wall_s'] / 60:.1f} min."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from feudal_es.devices import use_cpu_cores
+
+    use_cpu_cores()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="?", choices=("study", "sweep"), default="study")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="the study's imitation episodes and steps times this (smoke runs)")
+    p.add_argument("--seeds", type=int, nargs="+")
+    p.add_argument("--episodes", type=int, default=EVAL_EPISODES)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    if a.what == "sweep":
+        sweep(a.out, tuple(a.seeds or SWEEP_SEEDS), a.episodes)
+    else:
+        run(a.scale, tuple(a.seeds or SEEDS), a.out, a.episodes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""experiments.coverage_lpac (issue 32): the recipe in ``configs/`` is the one its sweep
+chose, the transfer sizes keep the density, and a smoke scale shrinks only the work."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from experiments import coverage_lpac as lpac
+from experiments.report import RESULTS
+from feudal_es.pretrain import PretrainConfig
+
+
+def test_the_configs_recipe_is_the_sweeps_choice():
+    sweep = RESULTS / "sweep-coverage_lpac.json"
+    if not sweep.is_file():
+        pytest.skip("the sweep has not been run in this checkout")
+    report = json.loads(sweep.read_text())
+    chosen = report["probes"][report["chosen"]]["recipe"]
+    recipe = json.loads(lpac.RECIPE.read_text())
+    assert {k: v for k, v in recipe.items() if k not in ("expert", "option")} == chosen
+    assert chosen == lpac.PROBES[report["chosen"]]  # and the probe as the code lists it
+    assert set(report["probes"]) == set(lpac.PROBES)  # every probe listed was run
+    assert min(report["seeds"]) >= 100  # never the reported seeds
+    PretrainConfig.load(lpac.RECIPE)  # a valid recipe file
+
+
+@pytest.mark.parametrize("factor", lpac.FACTORS)
+def test_transfer_sizes_keep_robots_and_features_per_area_and_the_cell_size(factor):
+    base, env = lpac.scaled_env(1), lpac.scaled_env(factor)
+    area = lambda kw: kw["world_size"] ** 2
+    assert env["num_agents"] / area(env) == pytest.approx(base["num_agents"] / area(base))
+    assert env["num_features"] / area(env) == pytest.approx(base["num_features"] / area(base))
+    cell = lambda kw: kw["world_size"] / kw["grid_size"]
+    assert cell(env) == pytest.approx(cell(base), rel=0.03)  # to the grid's rounding
+    for same in ("map_size", "max_steps", "max_speed"):
+        assert env[same] == base[same]
+    assert math.isclose(env["world_size"], math.sqrt(factor))
+
+
+def test_a_smoke_scale_shrinks_episodes_and_steps_not_rounds():
+    recipe = json.loads(lpac.RECIPE.read_text())
+    small = lpac.scaled_recipe(recipe, 0.05)
+    assert small["rounds"] == recipe["rounds"] and small["patience"] == recipe["patience"]
+    assert small["episodes"] == max(1, round(recipe["episodes"] * 0.05))
+    assert small["steps_per_round"] == round(recipe["steps_per_round"] * 0.05)
+    assert lpac.scaled_recipe(recipe, 1.0) == recipe
