@@ -69,10 +69,10 @@ COVERAGE_SMALL = (
     "--set", "actor.gnn_features=16", "--set", "actor.embed_hidden=[]",
     "--set", "actor.embed_dim=16", "--set", "actor.executor_hidden=[16]",
     "--set", "critic.hidden=[16]", "--set", "gif=false", "--no-progress")
-# pretraining at that size: one behaviour-cloning round of 1 episode, 2 gradient steps,
-# 2 evaluation episodes (its least)
+# pretraining at that size: one behaviour-cloning round of 1 episode (and the recipe's
+# validation episodes), 2 gradient steps, 2 evaluation episodes (its least)
 PRETRAIN_SMALL = ("--rounds", "1", "--episodes", "1", "--steps", "2", "--eval-episodes", "2",
-                  *COVERAGE_SMALL[:-1])
+                  *COVERAGE_SMALL)
 
 
 def _tiny_rover_config(cwd: Path) -> None:
@@ -121,10 +121,10 @@ PLAN: dict[str, Run | Skip] = {
         Run(("--n-outer", "1", "--out", "runs/coverage", *COVERAGE_SMALL)),
     ".venv/bin/feudal-es train --resume runs/rover --n-outer 60":
         Run(("--n-outer", "2", "--no-progress")),
-    ".venv/bin/feudal-es pretrain --env feudal_es/Coverage-v0 --expert lloyd_clairvoyant "
-    "--option cover --rounds 2 --out runs/bc_actor.safetensors":
+    ".venv/bin/feudal-es pretrain --config configs/coverage.json "
+    "--recipe configs/coverage_lpac_pretrain.json --out runs/bc_actor.safetensors":
         Run(PRETRAIN_SMALL, when="slow"),
-    ".venv/bin/feudal-es train --env feudal_es/Coverage-v0 "
+    ".venv/bin/feudal-es train --config configs/coverage.json "
     "--set init_from=runs/bc_actor.safetensors":
         Run(("--n-outer", "1", "--out", "runs/from-bc", *COVERAGE_SMALL), when="slow"),
     # Evaluating saved selectors (the run trained above)
