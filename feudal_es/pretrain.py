@@ -330,6 +330,12 @@ class _Progress:
                              val=f"{point['val_loss']:.4g}", refresh=False)
         self.bar.update(self.cfg.chunk)
 
+    def finish(self) -> None:
+        """The imitation is done: the steps early stopping skipped are counted as done."""
+        if self.bar is not None:
+            self.bar.set_description("done")
+            self.bar.update(self.bar.total - self.bar.n)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -375,6 +381,7 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     bar = _Progress(cfg, progress)
     try:
         result = imitate(core, actor, expert, cfg, bar)
+        bar.finish()
     finally:
         bar.close()
     keys = jax.random.split(jax.random.key(eval_seed), eval_episodes)

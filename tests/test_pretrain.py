@@ -159,3 +159,18 @@ def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
     recipe.write_text(json.dumps({"epochs": 3}))
     assert cli.main(argv) == 2
     assert "PretrainConfig has no field(s) ['epochs']" in capsys.readouterr().err
+
+
+def test_the_progress_bar_counts_each_chunk_and_ends_full_after_early_stops():
+    from feudal_es.pretrain import _Progress
+
+    bar = _Progress(PretrainConfig(rounds=2, steps_per_round=10, evals_per_round=2), True)
+    bar({"round": 0, "collected": 5})
+    bar({"round": 0, "step": 5, "train_loss": 0.1, "val_loss": 0.2})  # round 0 stops early
+    bar({"round": 1, "collected": 10})
+    assert bar.bar.n == 10  # round 1 begins at its own first step
+    bar({"round": 1, "step": 10, "train_loss": 0.1, "val_loss": 0.2})
+    assert bar.bar.n == 15
+    bar.finish()
+    assert bar.bar.n == bar.bar.total == 20
+    bar.close()
