@@ -9,8 +9,10 @@ by mean J(T)/J(0) on validation episodes (key ``VALIDATION_SEED``) over seeds 10
 
     python -m experiments.coverage_lpac sweep    # every probe, seeds 100 101 (~25 min)
     python -m experiments.coverage_lpac          # the study, seeds 0-9 (~35 min)
+    python -m experiments.coverage_lpac --trained 2    # only its part trained at 8 robots
 
-Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac}.{json,md}``.
+Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac,
+coverage_lpac-trained_x2}.{json,md}``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ PROBES: dict[str, dict[str, Any]] = {
                        lr=1e-4, weight_decay=1e-3, patience=3),
 }
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
+TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
 
 
 def scaled_env(factor: int) -> dict[str, Any]:
@@ -60,9 +63,11 @@ def scaled_env(factor: int) -> dict[str, Any]:
             "grid_size": round(ENV_KWARGS["grid_size"] * side)}
 
 
-def imitate_seed(recipe: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
-    """The imitating actor of ``recipe`` (PretrainConfig fields) for ``seed`` at the
-    study's size, and its imitation record (steps, last validation loss, wall time)."""
+def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
+                 ) -> tuple[Any, dict[str, Any]]:
+    """The imitating actor of ``recipe`` (PretrainConfig fields) for ``seed`` at
+    :func:`scaled_env` ``(factor)`` (1: the study's size), and its imitation record
+    (steps, last validation loss, wall time)."""
     import jax
 
     from agents import FeudalActor
@@ -70,7 +75,8 @@ def imitate_seed(recipe: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]
     from feudal_es.pretrain import PretrainConfig, expert_policy, imitate
     from feudal_es.resolve import apply_env_defaults, resolve_env
 
-    config = TrainerConfig.from_dict({**base_config(), "seed": seed})
+    config = TrainerConfig.from_dict({**base_config(), "env_kwargs": scaled_env(factor),
+                                      "seed": seed})
     env = resolve_env(config.env, config.env_kwargs)
     config = apply_env_defaults(config, env)[0]
     _, expert = expert_policy(config.env, "lloyd_clairvoyant")
@@ -185,25 +191,38 @@ def scaled_recipe(recipe: dict[str, Any], scale: float) -> dict[str, Any]:
 
 
 def run(scale: float = 1.0, seeds: Sequence[int] = SEEDS, out_dir: Path = RESULTS,
-        episodes: int = EVAL_EPISODES) -> dict[str, Any]:
-    """The study: the recipe of :data:`RECIPE` (``scale`` below 1: smaller, see
-    :func:`scaled_recipe`) on ``seeds``, each actor on the held-out episodes at every size
-    of :data:`FACTORS`, with the Lloyd references there."""
+        episodes: int = EVAL_EPISODES, trained: Sequence[int] = TRAINED
+        ) -> list[dict[str, Any]]:
+    """Both parts of the study (:func:`run_trained` for each factor of ``trained``)."""
+    return [run_trained(f, scale, seeds, out_dir, episodes) for f in trained]
+
+
+def report_name(factor: int) -> str:
+    """``coverage_lpac`` (trained at the study's size) or ``coverage_lpac-trained_x2``."""
+    return "coverage_lpac" if factor == 1 else f"coverage_lpac-trained_x{factor}"
+
+
+def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEEDS,
+                out_dir: Path = RESULTS, episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+    """The recipe of :data:`RECIPE` (``scale`` below 1: smaller, see
+    :func:`scaled_recipe`) trained on ``seeds`` at :func:`scaled_env` ``(factor)``, each
+    actor on the held-out episodes at that size and every larger one of :data:`FACTORS`,
+    with the Lloyd references there."""
     recipe = json.loads(RECIPE.read_text())
     recipe = scaled_recipe({k: v for k, v in recipe.items() if k not in ("expert", "option")},
                            scale)
     keys = heldout_keys(episodes, HELDOUT_SEED)
     timer = Timer()
-    sizes = {f: scaled_env(f) for f in FACTORS}
-    per_seed: dict[int, list[float]] = {f: [] for f in FACTORS}
+    sizes = {f: scaled_env(f) for f in FACTORS if f >= factor}
+    per_seed: dict[int, list[float]] = {f: [] for f in sizes}
     records = []
     for seed in seeds:
-        actor, record = imitate_seed(recipe, seed)
+        actor, record = imitate_seed(recipe, seed, factor)
         for f, kwargs in sizes.items():
             costs = coverage_costs(actor, kwargs, keys)
             per_seed[f].append(sum(costs) / len(costs))
         records.append({"seed": seed, **record,
-                        **{f"coverage_cost_x{f}": per_seed[f][-1] for f in FACTORS}})
+                        **{f"coverage_cost_x{f}": per_seed[f][-1] for f in sizes}})
         print(json.dumps(records[-1]), flush=True)
     table = {}
     for f, kwargs in sizes.items():
@@ -214,16 +233,18 @@ def run(scale: float = 1.0, seeds: Sequence[int] = SEEDS, out_dir: Path = RESULT
             "env_kwargs": kwargs, "imitator": imitator, "references": refs,
             "below_decentralized_lloyd": above(imitator, refs["decentralized Lloyd"],
                                                higher=False)}
-    report = {"study": "coverage_lpac", "scale": scale, "recipe": recipe, "seeds": list(seeds),
-              "episodes": episodes, "heldout_seed": HELDOUT_SEED, "sizes": table,
-              "runs": records, "wall_s": timer(), "machine": machine_note()}
-    write_json(out_dir / "coverage_lpac.json", report)
-    (out_dir / "coverage_lpac.md").write_text(study_markdown(report))
+    report = {"study": report_name(factor), "scale": scale, "recipe": recipe,
+              "trained_at": scaled_env(factor), "seeds": list(seeds), "episodes": episodes,
+              "heldout_seed": HELDOUT_SEED, "sizes": table, "runs": records,
+              "wall_s": timer(), "machine": machine_note()}
+    write_json(out_dir / f"{report_name(factor)}.json", report)
+    (out_dir / f"{report_name(factor)}.md").write_text(study_markdown(report))
     return report
 
 
 def study_markdown(report: dict[str, Any]) -> str:
-    lines = [f"# LPAC imitation on Coverage: the imitator alone, trained at 4 robots "
+    robots = report.get("trained_at", ENV_KWARGS)["num_agents"]
+    lines = [f"# LPAC imitation on Coverage: the imitator alone, trained at {robots} robots "
              f"(seeds {report['seeds'][0]}-{report['seeds'][-1]}, {report['episodes']} "
              "held-out episodes)", "", f"Recipe: `{json.dumps(report['recipe'])}`", "",
              "| robots (world side) | imitator (over seeds) | decentralized Lloyd | "
@@ -247,6 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     use_cpu_cores()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", nargs="?", choices=("study", "sweep"), default="study")
+    p.add_argument("--trained", type=int, nargs="+", default=list(TRAINED),
+                   help="the factors of the study's size to train at (default: 1 2)")
     p.add_argument("--scale", type=float, default=1.0,
                    help="the study's imitation episodes and steps times this (smoke runs)")
     p.add_argument("--seeds", type=int, nargs="+")
@@ -256,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.what == "sweep":
         sweep(a.out, tuple(a.seeds or SWEEP_SEEDS), a.episodes)
     else:
-        run(a.scale, tuple(a.seeds or SEEDS), a.out, a.episodes)
+        run(a.scale, tuple(a.seeds or SEEDS), a.out, a.episodes, tuple(a.trained))
 
 
 if __name__ == "__main__":
