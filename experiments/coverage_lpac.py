@@ -8,7 +8,7 @@ by mean J(T)/J(0) on validation episodes (key ``VALIDATION_SEED``) over seeds 10
 101; the study reports seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
 
     python -m experiments.coverage_lpac sweep    # every probe, seeds 100 101 (~25 min)
-    python -m experiments.coverage_lpac          # the study, seeds 0-9 (~35 min)
+    python -m experiments.coverage_lpac          # the study, seeds 0-9 (~32 min)
     python -m experiments.coverage_lpac --trained 2    # only its part trained at 8 robots
 
 Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac,
