@@ -29,7 +29,13 @@ from experiments.coverage import COVER, ENV_KWARGS, base_config
 from experiments.machine import Timer, machine_note
 from experiments.report import RESULTS, write_json
 from experiments.stats import above, fmt_ci, summarize
-from experiments.training import HELDOUT_SEED, SEEDS, VALIDATION_SEED, heldout_keys
+from experiments.training import (
+    HELDOUT_SEED,
+    SEEDS,
+    VALIDATION_SEED,
+    heldout_keys,
+    reference_returns,
+)
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 RECIPE = CONFIGS / "coverage_lpac_pretrain.json"
@@ -86,8 +92,7 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
                             "seed": seed})
     timer = Timer()
     result = imitate(env.core, actor, expert, cfg)
-    last = [p["val_loss"] for p in result.curve if p["round"] == cfg.rounds - 1]
-    return result.actor, {"steps": len(result.losses), "val_loss": min(last),
+    return result.actor, {"steps": len(result.losses), "val_loss": result.val_loss,
                           "wall_s": timer()}
 
 
@@ -105,22 +110,17 @@ def coverage_costs(actor: Any, env_kwargs: dict[str, Any], keys: Any) -> list[fl
     return [float(v) for v in metrics["coverage_cost"][0]]
 
 
-def references(env_kwargs: dict[str, Any], keys: Any) -> dict[str, list[float]]:
-    """Decentralized and clairvoyant Lloyd's final J(T)/J(0) per episode of ``keys``."""
-    import jax
-
+def references(env_kwargs: dict[str, Any], episodes: int, root: int
+               ) -> dict[str, list[float]]:
+    """Decentralized and clairvoyant Lloyd's final J(T)/J(0) per episode of
+    ``heldout_keys(episodes, root)``."""
     from envs.coverage import Coverage
-    from envs.episode import run_episode, stateless
     from envs.policies import lloyd_clairvoyant, lloyd_decentralized
 
-    env = Coverage(**env_kwargs)
-    out = {}
-    for name, policy in (("decentralized Lloyd", lloyd_decentralized),
-                         ("clairvoyant Lloyd", lloyd_clairvoyant)):
-        final = jax.jit(jax.vmap(lambda k, p=policy: run_episode(
-            k, env, stateless(p, env)).outs.metrics["coverage_cost"][-1]))
-        out[name] = [float(v) for v in jax.device_get(final(keys))]
-    return out
+    refs = reference_returns(Coverage(**env_kwargs), {
+        "decentralized Lloyd": lloyd_decentralized, "clairvoyant Lloyd": lloyd_clairvoyant},
+        episodes, "coverage_cost", root)
+    return {name: r["coverage_cost"] for name, r in refs.items()}
 
 
 def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
@@ -137,7 +137,8 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
     report: dict[str, Any] = {
         "study": "sweep-coverage_lpac", "seeds": list(seeds), "episodes": episodes,
         "validation_seed": VALIDATION_SEED, "env_kwargs": ENV_KWARGS,
-        "references": {k: summarize(v) for k, v in references(ENV_KWARGS, keys).items()},
+        "references": {k: summarize(v) for k, v in
+                       references(ENV_KWARGS, episodes, VALIDATION_SEED).items()},
         "probes": {}}
     for name, recipe in PROBES.items():
         done = old.get("probes", {}).get(name)
@@ -227,7 +228,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     table = {}
     for f, kwargs in sizes.items():
         refs = {k: {**summarize(v), "over": "episodes"}
-                for k, v in references(kwargs, keys).items()}
+                for k, v in references(kwargs, episodes, HELDOUT_SEED).items()}
         imitator = {**summarize(per_seed[f]), "over": "seeds"}
         table[f"{kwargs['num_agents']} robots"] = {
             "env_kwargs": kwargs, "imitator": imitator, "references": refs,

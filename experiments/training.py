@@ -89,9 +89,11 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
 
 
 def reference_returns(env: Any, policies: dict[str, Callable], episodes: int,
-                      metric: str | None = None) -> dict[str, dict[str, list[float]]]:
+                      metric: str | None = None, root: int = HELDOUT_SEED
+                      ) -> dict[str, dict[str, list[float]]]:
     """Team return (and final ``metric``) per held-out episode of each reference policy
-    (``policy(key, env, state) -> actions``), on the learned arms' held-out episodes."""
+    (``policy(key, env, state) -> actions``), on the learned arms' held-out episodes
+    (another ``root``: a sweep's validation episodes, :func:`heldout_keys`)."""
     import jax
 
     from envs.episode import run_episode, stateless
@@ -102,7 +104,7 @@ def reference_returns(env: Any, policies: dict[str, Callable], episodes: int,
             ep = run_episode(k, env, stateless(pol, env))
             return ep.team_return, (ep.outs.metrics[metric][-1] if metric else ep.team_return)
 
-        ret, met = jax.device_get(jax.jit(jax.vmap(one))(heldout_keys(episodes)))
+        ret, met = jax.device_get(jax.jit(jax.vmap(one))(heldout_keys(episodes, root)))
         out[name] = {"team_return": [float(v) for v in ret]}
         if metric:
             out[name][metric] = [float(v) for v in met]

@@ -136,7 +136,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from feudal_es.pretrain import PretrainConfig, pretrain
+    from feudal_es.pretrain import PretrainConfig, curve_paths, pretrain
     from feudal_es.resolve import resolve_env
 
     if args.list_keys:
@@ -167,12 +167,9 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         from feudal_es.write_errors import output_failure
 
         raise ValueError(output_failure(e, args.out or e.filename)) from None
-    from feudal_es.pretrain import curve_paths
-
-    best = min(p["val_loss"] for p in result.curve if p["round"] == pcfg.rounds - 1)
     print(f"loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g} in {len(result.losses)} "
-          f"steps, validation loss {best:.4g}; on {args.eval_episodes} held-out episodes "
-          f"(seed {args.eval_seed}):")
+          f"steps, validation loss {result.val_loss:.4g}; on {args.eval_episodes} held-out "
+          f"episodes (seed {args.eval_seed}):")
     for who, row in rows.items():
         print(f"  {who:20s} " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()))
     print(f"validation curve: {', '.join(str(p) for p in curve_paths(out) if p.exists())}")

@@ -163,6 +163,12 @@ class Imitation(NamedTuple):
     losses: list[float]  # the training loss of every gradient step taken
     curve: list[dict[str, float]]  # per measurement: round, step, train_loss, val_loss
 
+    @property
+    def val_loss(self) -> float:
+        """The returned actor's validation loss: the last round's best."""
+        last = self.curve[-1]["round"]
+        return min(p["val_loss"] for p in self.curve if p["round"] == last)
+
 
 def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainConfig,
             progress: Callable[[dict[str, float]], None] | None = None) -> Imitation:
@@ -395,11 +401,10 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
                          **{k: float(np.mean(v)) for k, v in metrics.items()}},
             name: {"team_return": float(np.mean(ref.team_return)),
                    **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
-    last_round = [p for p in result.curve if p["round"] == result.curve[-1]["round"]]
     saved = save_pretrained(path, result.actor, {
         "env": config.env, "config": config.to_dict(), "expert": name, "option": cfg.option,
         "pretrain": dataclasses.asdict(cfg), "loss_first": result.losses[0],
-        "loss_last": result.losses[-1], "val_loss": min(p["val_loss"] for p in last_round),
+        "loss_last": result.losses[-1], "val_loss": result.val_loss,
         "steps": len(result.losses), "heldout": rows})
     write_curve(saved, result.curve, f"imitating {name} on {config.env}")
     return saved, rows, result
