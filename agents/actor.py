@@ -27,10 +27,11 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 
-from agents.backbone import LPACBackbone
+from agents.backbone import LPACBackbone, as_obs_dict, obs_shapes
 from agents.config import ActorConfig
 from agents.heads import ActOut, Executor, GoalSelector, Selector, SkillSelector
 from agents.layers import KeyLike, as_rng
+from envs.base import OPTION_OBS
 
 
 class GoalOption(NamedTuple):
@@ -79,7 +80,8 @@ class FeudalActor(eqx.Module):
         self.selector = Selector(
             SkillSelector(k_skill, e, num_skills, config.selector_hidden), goal
         )
-        self.executor = Executor(k_exec, e, num_skills, action_space, config)
+        self.executor = Executor(k_exec, e, num_skills, action_space, config,
+                                 option_features(obs_space, num_skills))
         self.num_skills = num_skills
         self.goal_dim = config.goal_dim
         if config.options == "fixed" and config.fixed_option >= num_skills:
@@ -140,7 +142,7 @@ class FeudalActor(eqx.Module):
     ) -> ActOut:
         """Sample (or, if ``deterministic``, take the mode of) the executor's action
         pursuing ``option``."""
-        return self._act(key, self.embed(obs, adj), option, deterministic)
+        return self._act(key, self.embed(obs, adj), option, deterministic, obs)
 
     def step(
         self,
@@ -165,14 +167,14 @@ class FeudalActor(eqx.Module):
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
         option = self._select(h, prev, t, k_opt, explore, done)
-        return option, self._act(key, h, option, deterministic)
+        return option, self._act(key, h, option, deterministic, obs)
 
     def evaluate(
         self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         """``(log_prob [N], entropy [N])`` of a stored ``ActOut.action`` (PPO update)."""
         skills, goal = self._unpack(option)
-        x = self.executor.inputs(self.embed(obs, adj), skills, goal)
+        x = self.executor.inputs(self.embed(obs, adj), skills, goal, _option_obs(obs))
         return self.executor.head.evaluate(x, action)
 
     # ------------------------------------------------------------------ internals
@@ -221,7 +223,24 @@ class FeudalActor(eqx.Module):
             goal = jnp.where(decide[:, None], self.selector.goal(h), prev_goal)
         return GoalOption(skill, goal.astype(jnp.float32))
 
-    def _act(self, key: jax.Array, h: jax.Array, option: Option, deterministic: bool) -> ActOut:
+    def _act(self, key: jax.Array, h: jax.Array, option: Option, deterministic: bool,
+             obs: Any) -> ActOut:
         skill, goal = self._unpack(option)
-        x = self.executor.inputs(h, skill, goal)
+        x = self.executor.inputs(h, skill, goal, _option_obs(obs))
         return self.executor.head.sample(key, x, deterministic)
+
+
+def option_features(obs_space: Any, num_skills: int) -> int:
+    """``F`` of the observation's per-option features (``envs.base.OPTION_OBS``, per agent
+    ``[K, F]``), 0 when it has none; ``K`` must be the option count."""
+    shape = obs_shapes(obs_space).get(OPTION_OBS)
+    if shape is None:
+        return 0
+    if len(shape) != 2 or shape[0] != num_skills:
+        raise ValueError(f"observation entry {OPTION_OBS!r} must be [num_options, features] "
+                         f"per agent, i.e. [{num_skills}, F]; got {list(shape)}")
+    return int(shape[1])
+
+
+def _option_obs(obs: Any) -> jax.Array | None:
+    return as_obs_dict(obs).get(OPTION_OBS)

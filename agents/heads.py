@@ -204,6 +204,7 @@ class Executor(eqx.Module):
     skill_embed: jax.Array | None  # [K, D] learned skill codes, or None for one-hot
     head: GaussianHead | CategoricalHead
     num_skills: int = eqx.field(static=True)
+    option_features: int = eqx.field(static=True)  # F of the env's OPTION_OBS, 0 without
 
     def __init__(
         self,
@@ -212,9 +213,11 @@ class Executor(eqx.Module):
         num_skills: int,
         action_space: gym.Space,
         config: ActorConfig,
+        option_features: int = 0,
     ):
         rng = as_rng(key)
         self.num_skills = num_skills
+        self.option_features = option_features
         if config.skill_embed_dim > 0:
             codes = rng.standard_normal((num_skills, config.skill_embed_dim))
             self.skill_embed = jnp.asarray(codes.astype(np.float32))
@@ -222,7 +225,7 @@ class Executor(eqx.Module):
         else:
             self.skill_embed = None
             code = num_skills
-        in_size = embed_dim + code + config.goal_dim
+        in_size = embed_dim + code + config.goal_dim + option_features
         if isinstance(action_space, gym.spaces.Box):
             self.head = GaussianHead(rng, in_size, action_space, config)
         elif isinstance(action_space, gym.spaces.Discrete):
@@ -232,12 +235,22 @@ class Executor(eqx.Module):
                 f"action space must be gymnasium Box or Discrete, got {type(action_space).__name__}"
             )
 
-    def inputs(self, h: jax.Array, skill: jax.Array, goal: jax.Array) -> jax.Array:
-        """Head input [N, E + code + G]."""
+    def inputs(self, h: jax.Array, skill: jax.Array, goal: jax.Array,
+               option_obs: jax.Array | None = None) -> jax.Array:
+        """Head input [N, E + code + G (+ F)]: with ``option_features``, each agent's row of
+        ``option_obs`` ``[N, K, F]`` (the env's ``OPTION_OBS``) for the option it holds."""
         skill = skill.astype(jnp.int32)
+        onehot = jax.nn.one_hot(skill, self.num_skills, dtype=h.dtype)
         if self.skill_embed is None:
-            code = jax.nn.one_hot(skill, self.num_skills, dtype=h.dtype)
+            code = onehot
         else:
             # a one-hot product, not an index, for the same reason as CategoricalHead.evaluate
-            code = jax.nn.one_hot(skill, self.num_skills, dtype=h.dtype) @ self.skill_embed
-        return jnp.concatenate([h, code, goal.astype(h.dtype)], axis=-1)
+            code = onehot @ self.skill_embed
+        parts = [h, code, goal.astype(h.dtype)]
+        if self.option_features:
+            if option_obs is None:
+                raise ValueError(f"this executor reads the observation's per-option features "
+                                 f"[N, {self.num_skills}, {self.option_features}]; the "
+                                 "observation has none")
+            parts.append(jnp.einsum("nk,nkf->nf", onehot, option_obs.astype(h.dtype)))
+        return jnp.concatenate(parts, axis=-1)

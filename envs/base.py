@@ -12,6 +12,9 @@ Contract (what adapters, agents and trainers rely on):
   itself: ``EnvOut.done`` turns true at ``state.t == max_steps`` and the rollout calls
   :func:`auto_reset_step` (or resets explicitly).
 - ``obs`` is a dict pytree ``{"maps": [N, C, H, W] float32, "vec": [N, D] float32}``.
+  Optionally it also holds :data:`OPTION_OBS` (``[N, K, F]``): per agent and per option,
+  the ``F`` features that option's executor needs (e.g. the offset to POI ``k`` for "go to
+  POI k"); the executor reads the row of the option it holds, the backbone never sees it.
 - ``global_state(state) -> [G]`` float32, the centralized critic's input;
   ``global_state_at(state, obs)`` is the same given that state's observation (the
   rollout calls it, so an env whose global state is its observations need not recompute
@@ -37,6 +40,12 @@ from envs.render import AGENT_COLOR
 from envs.validate import check_int, check_number
 
 Obs = dict[str, jax.Array]
+
+#: The observation entry ``[N, K, F]`` of per-option features (see the contract above). An
+#: option-conditioned input: the executor holding option ``k`` reads row ``k`` directly
+#: instead of having to pick option ``k``'s part out of a shared embedding, which a small
+#: MLP conditioned on a one-hot does poorly (a multiplicative selection).
+OPTION_OBS = "option_obs"
 
 
 class EnvOut(NamedTuple):

@@ -28,7 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import _swarm
-from envs.base import EnvOut, Obs, SwarmEnv, check_positive_float, check_positive_int
+from envs.base import (
+    OPTION_OBS,
+    EnvOut,
+    Obs,
+    SwarmEnv,
+    check_positive_float,
+    check_positive_int,
+)
 from envs.render import AGENT_COLOR, DONE_COLOR, LINK_COLOR, TARGET_COLOR, draw_swarm
 from envs.rover import team_of
 from envs.validate import check_bool
@@ -137,8 +144,12 @@ class RoverMERL(SwarmEnv):
     observed at the step just taken; it disappears one step later (``sensed_found``).
     With ``option_info`` (default), ``3 * num_pois`` values follow: per POI ``k`` in index
     order ``(dx_k, dy_k) / world_size`` (the POI's offset from the rover) and its observed
-    flag (``found``, up to date), which is what a "go to POI k" option needs; without it
-    the vector is exactly MERL's.
+    flag (``found``, up to date), and ``obs[OPTION_OBS]`` ``[N, num_pois, 3]`` gives per POI
+    what its option "go to POI k" needs: the offset in the rover's own frame (ahead, left)
+    / world_size and the observed flag (the executor holding option k reads row k; a
+    steering rover needs the bearing relative to its heading, which the world-frame offsets
+    and MERL's unbounded bearing accumulator give only through a periodic function). Without
+    ``option_info`` the observation is exactly MERL's ``{"vec": 75 values}``.
 
     Coupling: POI ``k`` becomes observed, for good, at a step when at least ``coupling``
     rovers are within ``act_dist`` of it (inclusive) after they moved.
@@ -305,7 +316,8 @@ class RoverMERL(SwarmEnv):
         return self.observe(next_state), next_state, out
 
     def observe(self, state: RoverMERLState) -> Obs:
-        """``{"vec": [N, 1 + 2 * sectors + 2 (+ 3 * num_pois)]}`` (see the class doc)."""
+        """``{"vec": [N, 1 + 2 * sectors + 2 (+ 3 * num_pois)]}`` and, with ``option_info``,
+        ``OPTION_OBS`` ``[N, num_pois, 3]`` (see the class doc)."""
         n, pos = self.num_agents, state.pos
         rel_r = pos[None, :, :] - pos[:, None, :]  # [N, N, 2]: rover j seen from rover i
         rel_p = state.targets[None, :, :] - pos[:, None, :]  # [N, M, 2]
@@ -317,11 +329,19 @@ class RoverMERL(SwarmEnv):
                  closest_sensor(rel_r, in_r, self.angle_res, self.sectors),
                  closest_sensor(rel_p, in_p, self.angle_res, self.sectors),
                  jnp.broadcast_to(speed, (n, 1)), state.heading[:, None]]
+        obs = {}
         if self.option_info:
             flag = jnp.broadcast_to(state.found.astype(jnp.float32)[None, :, None],
                                     (n, self.num_pois, 1))
             parts.append(jnp.concatenate([rel_p / self.world_size, flag], -1).reshape(n, -1))
-        return {"vec": jnp.concatenate(parts, axis=-1).astype(jnp.float32)}
+            theta = self.heading_radians(state.heading)[:, None]
+            cos, sin = jnp.cos(theta), jnp.sin(theta)
+            ahead = rel_p[..., 0] * cos + rel_p[..., 1] * sin
+            left = rel_p[..., 1] * cos - rel_p[..., 0] * sin
+            obs[OPTION_OBS] = jnp.concatenate(
+                [jnp.stack([ahead, left], -1) / self.world_size, flag], -1)
+        obs["vec"] = jnp.concatenate(parts, axis=-1).astype(jnp.float32)
+        return obs
 
     def skill_done(self, state: RoverMERLState) -> jax.Array:
         """``[N, K]`` bool: True where option ``k`` ("go to POI k") has met its goal for rover

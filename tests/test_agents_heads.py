@@ -219,3 +219,46 @@ def test_configs_are_frozen_and_critic_validated():
     with pytest.raises(TypeError, match="layer_norm"):
         CriticConfig(layer_norm="yes")
     assert ActorConfig.lpac().gnn_layers == 5 and ActorConfig.lpac().gnn_hops == 3
+
+
+def test_executor_reads_the_row_of_the_option_it_holds():
+    """``OPTION_OBS`` [N, K, F]: the executor's input gains row ``option_i`` of agent i (an
+    exact copy), the backbone never sees the entry, and the other options' rows do not move
+    the action."""
+    from envs.base import OPTION_OBS
+
+    k, f = 3, 2
+    obs_space = spaces.Dict({"vec": spaces.Box(-1.0, 1.0, (3,), dtype=np.float32),
+                             OPTION_OBS: spaces.Box(-1.0, 1.0, (k, f), dtype=np.float32)})
+    act_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    small = ActorConfig(gnn_layers=1, gnn_features=8, embed_hidden=(), embed_dim=4,
+                        executor_hidden=(8,), vec_hidden=())  # fmt: skip
+    actor = FeudalActor(jax.random.key(0), obs_space, act_space, k, small)
+    assert actor.executor.option_features == f and set(actor.backbone.encoders) == {"vec"}
+    rng = np.random.default_rng(1)
+    obs = {"vec": jnp.asarray(rng.standard_normal((N, 3)), jnp.float32),
+           OPTION_OBS: jnp.asarray(rng.standard_normal((N, k, f)), jnp.float32)}
+    adj = jnp.ones((N, N)) - jnp.eye(N)
+    option = jnp.asarray([0, 2, 1, 2, 0], jnp.int32)
+    h = actor.embed(obs, adj)
+    x = np.asarray(actor.executor.inputs(h, option, jnp.zeros((N, 0)), obs[OPTION_OBS]))
+    held = np.asarray(obs[OPTION_OBS])[np.arange(N), np.asarray(option)]
+    np.testing.assert_array_equal(x[:, -f:], held)
+    np.testing.assert_array_equal(x[:, :4], np.asarray(h))
+    np.testing.assert_array_equal(x[:, 4:4 + k], np.eye(k)[np.asarray(option)])
+
+    act = eqx.filter_jit(lambda a, o: a.act(jax.random.key(2), o, adj, option, True).action)
+    other = np.asarray(obs[OPTION_OBS]).copy()
+    other[np.arange(N), (np.asarray(option) + 1) % k] += 5.0  # rows nobody holds
+    moved = dict(obs, **{OPTION_OBS: jnp.asarray(other)})
+    np.testing.assert_array_equal(np.asarray(actor.embed(moved, adj)), np.asarray(h))
+    np.testing.assert_array_equal(np.asarray(act(actor, moved)), np.asarray(act(actor, obs)))
+    other[np.arange(N), np.asarray(option)] += 5.0  # the held rows
+    assert not np.allclose(np.asarray(act(actor, dict(obs, **{OPTION_OBS: jnp.asarray(other)}))),
+                           np.asarray(act(actor, obs)))
+    # misuse: the wrong option count, no per-option features at call time
+    bad = spaces.Dict({"vec": obs_space["vec"], OPTION_OBS: spaces.Box(-1, 1, (k + 1, f))})
+    with pytest.raises(ValueError, match=rf"'{OPTION_OBS}' must be .*\[{k}, F\]"):
+        FeudalActor(jax.random.key(0), bad, act_space, k, small)
+    with pytest.raises(ValueError, match="per-option features"):
+        actor.executor.inputs(h, option, jnp.zeros((N, 0)))

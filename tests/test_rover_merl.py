@@ -402,6 +402,32 @@ def test_coupling_minus_one_rovers_do_not_observe_coupling_rovers_do():
     np.testing.assert_array_equal(np.asarray(out.skill_rewards[:, 0]), 0.0)
 
 
+
+def test_option_obs_is_each_pois_offset_in_the_rovers_frame():
+    """``OPTION_OBS`` [N, M, 3]: per POI, the offset rotated into the rover's heading
+    ((ahead, left) / world_size; heading = b * 180 degrees, b reduced to [-1, 1]) and the
+    observed flag; with ``option_info=False`` the observation is MERL's vec alone."""
+    from envs.base import OPTION_OBS
+
+    pos = np.array([[4.5, 10.0], [10.0, 10.0], [15.0, 13.0], [1.0, 1.0]], np.float32)
+    b = np.array([0.0, 0.5, -1.0, 2.25], np.float32)  # east, north, west, 2.25 = 0.25: NE
+    s = state(pos, found=(True, False))
+    s = RoverMERLState(pos=s.pos, heading=jnp.asarray(b), targets=s.targets, found=s.found,
+                       sensed_found=s.sensed_found, t=s.t)
+    got = np.asarray(ENV.observe(s)[OPTION_OBS])
+    th = np.pi * np.array([0.0, 0.5, -1.0, 0.25])
+    rel = POIS[None] - pos[:, None]  # [N, M, 2]
+    ahead = rel[..., 0] * np.cos(th)[:, None] + rel[..., 1] * np.sin(th)[:, None]
+    left = rel[..., 1] * np.cos(th)[:, None] - rel[..., 0] * np.sin(th)[:, None]
+    want = np.concatenate([np.stack([ahead, left], -1) / 20.0,
+                           np.broadcast_to([[[1.0], [0.0]]], (4, 2, 1))], -1)
+    assert got.shape == (4, 2, 3)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    # rover 1 faces north at (10, 10): POI 1 (15, 10) is 5 to its right, none ahead
+    np.testing.assert_allclose(got[1, 1, :2], [0.0, -0.25], atol=1e-6)
+    bare = RoverMERL(num_agents=4, num_pois=2, coupling=3, max_steps=3, option_info=False)
+    assert set(bare.observe(s)) == {"vec"} and set(bare.observation_space.spaces) == {"vec"}
+
 def test_a_poi_first_observed_at_the_last_step_does_not_count():
     """MERL computes the global reward before the last step's status update."""
     s = state([[4.5, 10.0], [4.5, 11.0], [4.5, 9.0], FAR], t=2)
