@@ -93,13 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "(a checkpoint file is read by `feudal-es eval` / `render`)")
     train.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser("eval", parents=[common], help="compare saved selectors",
-                        description="Evaluate selectors with a run's executor on identical "
-                                    "episodes: mean ± std and 95% CI of team fitness, plus "
-                                    "the env's metrics at the end of each episode.")
-    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text,
+    ev = sub.add_parser("eval", parents=[common], help="compare saved selectors or runs",
+                        description="Evaluate selectors with a run's executor, or several "
+                                    "runs, on identical episodes: team fitness' mean ± std "
+                                    "and 95%% t-interval, its IQM with a stratified bootstrap "
+                                    "95%% interval, P(first > each other) with its interval "
+                                    "(rliable), and the env's metrics at the end of each "
+                                    "episode.")
+    ev.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text, nargs="+",
                     help="a run directory (the executor of its newest checkpoint) or one "
-                         "checkpoint file (ckpt_*.safetensors, the executor it holds)")
+                         "checkpoint file (ckpt_*.safetensors, the executor it holds); "
+                         "several: each run with its final selector")
     ev.add_argument("--selector", nargs="+", action="extend", metavar="SELECTOR", type=text,
                     help=f"selectors to compare: {selector_choices} (default: the run's "
                          "best_selector.safetensors and 'final')")
@@ -114,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--set", action="append", metavar="env_kwargs.KEY=VALUE", type=text,
                     help=env_set.format(what="evaluation"))
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ev.add_argument("--export", nargs=2, metavar=("FORMAT", "PATH"), type=text,
+                    help="also write the per-episode results for other tools; FORMAT: "
+                         "marl-eval (the raw-data JSON of instadeepai/marl-eval)")
     ev.add_argument("--force", action="store_true",
                     help="evaluate selector files of another env or actor (a warning)")
     ev.set_defaults(func=cmd_eval)

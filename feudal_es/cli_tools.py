@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,27 +37,56 @@ def env_overrides(sets: list[str] | None) -> dict[str, Any] | None:
     return out or None
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from feudal_es.evaluate import compare_selectors, load_trainer
+EXPORTS = ("marl-eval",)  # what `eval --export FORMAT PATH` writes
 
-    trainer, ckpt = load_trainer(args.run, env=args.env, env_kwargs=env_overrides(args.set))
-    result = compare_selectors(trainer, ckpt, args.selector, args.episodes, args.seed,
-                               args.force)
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from feudal_es.evaluate import compare_runs, compare_selectors, load_trainer, robust_stats
+
+    if args.export and args.export[0] not in EXPORTS:
+        raise ValueError(f"--export {args.export[0]!r}: unknown format; one of {EXPORTS}")
+    overrides = env_overrides(args.set)
+    if len(args.run) > 1:
+        if args.selector:
+            raise ValueError("--selector compares the selectors of one run; with several runs "
+                             "each plays its final selector")
+        result = compare_runs(args.run, env=args.env, env_kwargs=overrides,
+                              episodes=args.episodes, seed=args.seed)
+        trainer, source = None, f"{len(args.run)} runs, each its executor and final selector"
+    else:
+        trainer, ckpt = load_trainer(args.run[0], env=args.env, env_kwargs=overrides)
+        result = compare_selectors(trainer, ckpt, args.selector, args.episodes, args.seed,
+                                   args.force)
+        source = f"executor of {ckpt}"
+    robust_stats(result)
+    if args.export:
+        from feudal_es.marl_eval import marl_eval_data, write_marl_eval
+
+        rows = [{"name": r["selector"], "step_count": r.get("env_steps", result.get(
+            "env_steps", 0)), "returns": r["returns"], "metrics": r["per_episode"]}
+            for r in result["selectors"]]
+        path = write_marl_eval(args.export[1], marl_eval_data(result["env"], rows))
+        print(f"wrote {path} ({args.export[0]})", file=sys.stderr)  # stdout: the results
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "metrics"}, indent=2))
         return 0
     rows, metric_names, episodes = result["selectors"], result["metrics"], result["episodes"]
-    better = getattr(getattr(trainer.runtime, "core", None), "metric_better", {})
-    what = "selector" if len(rows) == 1 else "selectors"
-    print(f"{trainer.config.env}: {len(rows)} {what} on the same {episodes} episodes "
-          f"(seed {args.seed}), executor of {ckpt}; team fitness: higher is better")
+    better = result["metric_better"]
+    what = "selector" if len(rows) == 1 and trainer is not None else (
+        "selectors" if trainer is not None else "runs")
+    print(f"{result['env']}: {len(rows)} {what} on the same {episodes} episodes "
+          f"(seed {args.seed}), {source}; team fitness: higher is better")
     if "env_kwargs" in result:
         print(f"env_kwargs: {json.dumps(result['env_kwargs'])} (the run's, with "
               f"{json.dumps(result['env_kwargs_overrides'])} changed)")
-    header = ["selector", "team fitness (mean ± std)", "95% CI",
+    robust = "robust_stats" not in result
+    header = ["selector" if trainer is not None else "run", "team fitness (mean ± std)",
+              "95% CI", *(["IQM [95% bootstrap CI]"] if robust else []),
               *[f"{m} ({better[m]} is better)" if m in better else m for m in metric_names]]
     table = [[r["selector"], f"{r['fitness_mean']:.4f} ± {r['fitness_std']:.4f}",
               f"[{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}]",
+              *([f"{r['iqm'][0]:.4f} [{r['iqm'][1]:.4f}, {r['iqm'][2]:.4f}]"] if robust
+                else []),
               *[f"{r[m]:.4f}" for m in metric_names]] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
@@ -64,6 +94,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(line(["-" * w for w in widths]))
     for t in table:
         print(line(t))
+    for imp in result.get("improvement", ()):
+        p, lo, hi = imp["p"]
+        print(f"P({imp['a']} > {imp['b']}) = {p:.3f} [{lo:.3f}, {hi:.3f}] (team fitness, "
+              "per episode; 0.5: no difference)")
+    if not robust:
+        print(f"(no IQM or P(A > B): {result['robust_stats']})")
     return 0
 
 

@@ -39,8 +39,8 @@ from feudal_es.rundir import seed_dirs
 from feudal_es.stats import t_critical
 from feudal_es.trainer import ESTrainer
 
-__all__ = ["FINAL", "check_selector_file", "compare_selectors", "load_trainer",
-           "selector_theta"]
+__all__ = ["FINAL", "check_selector_file", "compare_runs", "compare_selectors", "load_trainer",
+           "robust_stats", "selector_theta", "trained_env_steps"]
 
 # what ``--selector`` names for the checkpoint's current selector (the run's final one)
 FINAL = "final"
@@ -179,10 +179,80 @@ def compare_selectors(trainer: ESTrainer, checkpoint: Path,
                "fitness_std": std, "ci95": [mean - half, mean + half]}
         for k, v in metrics.items():
             row[k] = float(np.mean(v[i]))
+        row["returns"] = r.tolist()
+        row["per_episode"] = {k: np.asarray(v[i], np.float64).tolist()
+                              for k, v in sorted(metrics.items())}
         rows.append(row)
     result = {"env": trainer.config.env, "checkpoint": str(checkpoint), "seed": seed,
-              "episodes": episodes, "selectors": rows, "metrics": sorted(metrics)}
+              "episodes": episodes, "env_steps": trained_env_steps(trainer),
+              "selectors": rows, "metrics": sorted(metrics),
+              "metric_better": dict(getattr(getattr(trainer.runtime, "core", None),
+                                            "metric_better", {}))}
     if trainer.env_overrides:
         result["env_kwargs"] = dict(trainer.config.env_kwargs)
         result["env_kwargs_overrides"] = dict(trainer.env_overrides)
+    return result
+
+
+def trained_env_steps(trainer: ESTrainer) -> int:
+    """The env steps the gradient learner of ``trainer``'s (first) seed has collected: the
+    run's ``env_steps`` column (0 for a run without one, e.g. ES alone)."""
+    steps = getattr(trainer.seed_states()[0].learner, "env_steps", 0)
+    return int(np.asarray(steps))
+
+
+def compare_runs(paths: list[str | os.PathLike], env: str | None = None,
+                 env_kwargs: dict[str, Any] | None = None, episodes: int | None = None,
+                 seed: int = 12345) -> dict[str, Any]:
+    """Several runs (run directories or checkpoint files), each its own executor with its
+    current selector (:data:`FINAL`), on the same ``episodes`` episodes of one env: the
+    result of :func:`compare_selectors` with a row per run (``"run"``, ``"env_steps"``).
+    Runs of different envs or env kwargs are refused (their episodes would differ)."""
+    if len(paths) < 2:
+        raise ValueError("compare_runs needs two runs or more")
+    loaded = [load_trainer(p, env=env, env_kwargs=env_kwargs) for p in paths]
+    envs = {(t.config.env, repr(sorted(t.config.env_kwargs.items()))) for t, _ in loaded}
+    if len(envs) > 1:
+        raise ValueError("runs of different envs or env kwargs play different episodes; "
+                         "compare runs of one env (--env / --set env_kwargs.K=V evaluate "
+                         f"them all on one): {sorted(e for e, _ in envs)}")
+    if episodes is None:
+        episodes = max(max(t.config.episodes, 16) for t, _ in loaded)
+    rows = []
+    for path, (trainer, ckpt) in zip(paths, loaded, strict=True):
+        one = compare_selectors(trainer, ckpt, [FINAL], episodes, seed)
+        better = one["metric_better"]
+        row = dict(one["selectors"][0], selector=f"{path} ({FINAL})", run=str(path),
+                   env_steps=one["env_steps"])
+        rows.append(row)
+    trainer = loaded[0][0]
+    result = {"env": trainer.config.env, "runs": [str(p) for p in paths], "seed": seed,
+              "episodes": episodes, "selectors": rows,
+              "metrics": sorted(rows[0]["per_episode"]), "metric_better": better}
+    if trainer.env_overrides:
+        result["env_kwargs"] = dict(trainer.config.env_kwargs)
+        result["env_kwargs_overrides"] = dict(trainer.env_overrides)
+    return result
+
+
+def robust_stats(result: dict[str, Any], reps: int | None = None, seed: int = 0
+                 ) -> dict[str, Any]:
+    """Add rliable's aggregates to a :func:`compare_selectors` / :func:`compare_runs`
+    result, over its episodes: per row ``"iqm"`` ``[point, lo, hi]`` (stratified bootstrap
+    95% interval) and ``"improvement"``: ``P(first row > row)`` with its interval for each
+    later row. Without rliable, ``"robust_stats"`` says how to install it instead."""
+    from feudal_es import aggregate
+
+    reps = aggregate.REPS if reps is None else reps
+    rows = result["selectors"]
+    try:
+        for row in rows:
+            row["iqm"] = list(aggregate.iqm(row["returns"], reps, seed))
+        result["improvement"] = [
+            {"a": rows[0]["selector"], "b": row["selector"],
+             "p": list(aggregate.probability_of_improvement(rows[0]["returns"],
+                                                            row["returns"], reps, seed))}
+            for row in rows[1:]]
+    except ImportError as e:
+        result["robust_stats"] = str(e)
     return result

@@ -118,14 +118,58 @@ def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys
     for r in rows:
         lo, hi = r["ci95"]
         assert lo <= r["fitness_mean"] <= hi and "coverage_cost" in r
+        assert len(r["returns"]) == 4 and np.mean(r["returns"]) == pytest.approx(
+            r["fitness_mean"])
+    # rliable's aggregates over the episodes, as feudal_es.aggregate computes them here
+    from feudal_es import aggregate
+
+    for r in rows:
+        np.testing.assert_allclose(r["iqm"], aggregate.iqm(r["returns"]), rtol=1e-9)
+    p = [aggregate.probability_of_improvement(rows[0]["returns"], r["returns"])
+         for r in rows[1:]]
+    assert [i["b"] for i in res["improvement"]] == sels[1:]
+    np.testing.assert_allclose([i["p"] for i in res["improvement"]], p, rtol=1e-9)
+    assert res["improvement"][1]["p"][0] == 0.5  # the same selector on the same episodes
     from feudal_es import cli as cli_module  # the table, in-process (same compiled code)
 
     monkeypatch.chdir(work)
     assert cli_module.main(["eval", str(run), "--selector", *sels, "--episodes", "4"]) == 0
     table = capsys.readouterr().out
     assert "95% CI" in table and "coverage_cost" in table and "±" in table
+    assert "IQM [95% bootstrap CI]" in table and f"P({best} > {other}) = " in table
     line = next(x for x in table.splitlines() if x.startswith(str(other)))
     assert f"{rows[1]['fitness_mean']:.4f} ± {rows[1]['fitness_std']:.4f}" in line
+
+
+def test_eval_of_two_runs_and_the_marl_eval_export(work, trained):
+    """Two runs (here a copy of one: same executor, same selector) on the same episodes;
+    the export holds each row's per-episode returns in marl-eval's layout."""
+    import shutil
+
+    from feudal_es.marl_eval import RETURN, check_marl_eval
+
+    run, _ = trained
+    twin = work / "twin"
+    shutil.rmtree(twin, ignore_errors=True)
+    shutil.copytree(run, twin)
+    res = json.loads(cli("eval", str(run), str(twin), "--episodes", "4", "--json",
+                         "--export", "marl-eval", "marl.json", cwd=work).stdout)
+    a, b = res["selectors"]
+    assert res["runs"] == [str(run), str(twin)] and a["run"] == str(run)
+    assert a["returns"] == b["returns"] and res["improvement"][0]["p"][0] == 0.5
+    data = json.loads((work / "marl.json").read_text())
+    check_marl_eval(data)
+    algos = data["feudal_es"]["Coverage-v0"]
+    assert list(algos) == [a["selector"], b["selector"]]
+    one = algos[a["selector"]]["run_0"]
+    assert one["absolute_metrics"][RETURN] == a["returns"]
+    assert one["step_0"]["step_count"] == a["env_steps"] > 0
+    assert one["absolute_metrics"]["coverage_cost"] == a["per_episode"]["coverage_cost"]
+    # what cannot be asked, in one line each
+    proc = cli("eval", str(run), str(twin), "--selector", "final", cwd=work, check=False)
+    assert proc.returncode == 2 and "selectors of one run" in proc.stderr
+    proc = cli("eval", str(run), "--export", "csv", "x.csv", cwd=work, check=False)
+    assert proc.returncode == 2 and "'csv': unknown format" in proc.stderr
 
 
 def test_render_writes_an_episode_gif(work, trained):

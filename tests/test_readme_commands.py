@@ -86,6 +86,14 @@ def _tiny_rover_config(cwd: Path) -> None:
     path.write_text(json.dumps(config))
 
 
+def _second_rover_run(cwd: Path) -> None:
+    """``runs/rover-es``: a copy of the README's ``runs/rover`` (the two-run ``eval`` needs a
+    second run of the env; training one more would only cost time)."""
+    import shutil
+
+    shutil.copytree(cwd / "runs" / "rover", cwd / "runs" / "rover-es")
+
+
 # SLURM's variables for one task on this host: jax.distributed.initialize() then finds its
 # (single) peer itself, as the README says it does under SLURM
 ONE_SLURM_TASK = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost",
@@ -131,6 +139,8 @@ PLAN: dict[str, Run | Skip] = {
     ".venv/bin/feudal-es eval runs/rover": Run(),
     ".venv/bin/feudal-es eval runs/rover --selector runs/rover/best_selector.safetensors "
     "--episodes 32 --seed 7 --json": Run(),
+    ".venv/bin/feudal-es eval runs/rover runs/rover-es --episodes 64 "
+    "--export marl-eval rover.marl.json": Run(setup=_second_rover_run),
     ".venv/bin/feudal-es render runs/rover --out rover.gif": Run(),
     ".venv/bin/feudal-es render runs/rover --out rover-best.gif "
     "--selector runs/rover/best_selector.safetensors": Run(),
