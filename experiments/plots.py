@@ -13,7 +13,8 @@ import numpy as np
 from experiments.arms import ARM_LABELS
 from experiments.stats import common_grid, curve_band, on_grid
 
-__all__ = ["new_figure", "plot_bars", "plot_curves", "plot_study", "save_figure"]
+__all__ = ["new_figure", "plot_bars", "plot_curves", "plot_profiles", "plot_study",
+           "save_figure"]
 
 
 def new_figure(nrows: int, ncols: int, width: float = 5.2, height: float = 3.6):
@@ -93,4 +94,27 @@ def plot_study(report: dict, path: Path, fitness_label: str, metric_label: str) 
         key = metric if metric in v else "team_return"
         plot_bars(row[1], v, key, metric_label if key == metric else "team return",
                   report["eval_episodes"])
+    return save_figure(fig, path)
+
+
+def plot_profiles(report: dict, path: Path, metric_label: str) -> Path | None:
+    """Performance profiles (rliable) of every arm's per-seed held-out metric, one panel
+    per variant: the share of seeds past each score, with 95% bands. None without rliable
+    (the ``stats`` extra)."""
+    from feudal_es import aggregate
+
+    try:
+        aggregate.rliable()
+    except ImportError:
+        return None
+    variants, metric = report["variants"], report["metric"]
+    higher = report.get("metric_higher_is_better", True)
+    fig, axes = new_figure(1, len(variants))
+    for ax, (label, v) in zip(axes[0], variants.items(), strict=True):
+        key = metric if metric in v else "team_return"
+        scores = {ARM_LABELS[a]: s["per_seed"] for a, s in v[key].items()}
+        aggregate.draw_performance_profiles(
+            ax, scores, metric_label if key == metric else "team return",
+            higher_is_better=higher if key == metric else True)
+        ax.set_title(f"{report['study']} · {label}: per-seed held-out scores", fontsize=9)
     return save_figure(fig, path)

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from experiments.arms import ARM_LABELS
-from experiments.plots import plot_study
-from experiments.stats import fmt_ci
+from experiments.plots import plot_profiles, plot_study
+from experiments.stats import fmt_ci, fmt_iqm
 
 __all__ = ["RESULTS", "combine_files", "csv_rows", "markdown", "merge_reports", "slug",
            "write_csv", "write_json", "write_report"]
@@ -73,20 +73,24 @@ def markdown(report: dict, metric_label: str) -> str:
              f"Seeds {report['seeds']} (all seeds of an arm in one program); "
              f"{report['eval_episodes']} held-out episodes (root key {report['heldout_seed']},"
              " the same for every policy). Arms: mean ± 95% t-interval over seeds of the "
-             "per-seed means; references: over episodes. "
+             "per-seed means, and their IQM with its stratified bootstrap 95% interval "
+             "(rliable); references: over episodes. "
              f"Wall time {report['wall_time_s']:.0f} s"
              + (" (the sum of separate runs: " + "; ".join(
                  f"{', '.join(part['variants'])} {part['wall_time_s']:.0f} s"
                  for part in report["parts"]) + ")" if "parts" in report else "") + ".", "",
              f"![{name}]({name}.png)", ""]
+    if '"iqm"' in json.dumps(report["variants"]):  # rliable was there: the profiles too
+        lines += [f"Performance profiles: ![{name} profiles]({name}-profiles.png)", ""]
     both = metric != "team_return"  # a second column for the study's own metric
-    lines += ["| variant | env steps / run | policy | rounds | team return |"
-              + (f" {metric_label} |" if both else ""),
-              "|---|---|---|---|---|" + ("---|" if both else "")]
+    lines += ["| variant | env steps / run | policy | rounds | team return | IQM [95% CI] |"
+              + (f" {metric_label} | IQM [95% CI] |" if both else ""),
+              "|---|---|---|---|---|---|" + ("---|---|" if both else "")]
 
     def cells(s: dict, m: dict | None) -> str:
-        own = f" {fmt_ci(m['mean'], m['ci95']) if m else '-'} |" if both else ""
-        return f"{fmt_ci(s['mean'], s['ci95'])} |{own}"
+        own = (f" {fmt_ci(m['mean'], m['ci95']) if m else '-'} | "
+               f"{fmt_iqm(m) if m else '-'} |") if both else ""
+        return f"{fmt_ci(s['mean'], s['ci95'])} | {fmt_iqm(s)} |{own}"
 
     for label, v in report["variants"].items():
         for a, s in v["team_return"].items():
@@ -110,9 +114,11 @@ def markdown(report: dict, metric_label: str) -> str:
 
 def write_report(report: dict, out_dir: Path, fitness_label: str,
                  metric_label: str) -> dict[str, Any]:
-    """``<study>.{png,json,csv,md}`` of a finished report under ``out_dir``."""
+    """``<study>.{png,json,csv,md}`` and ``<study>-profiles.png`` of a finished report
+    under ``out_dir``."""
     name = report["study"]
     plot_study(report, out_dir / f"{name}.png", fitness_label, metric_label)
+    plot_profiles(report, out_dir / f"{name}-profiles.png", metric_label)
     write_json(out_dir / f"{name}.json", report)
     write_csv(out_dir / f"{name}.csv", csv_rows(report))
     (out_dir / f"{name}.md").write_text(markdown(report, metric_label))
@@ -157,3 +163,27 @@ def combine_files(paths: Sequence[Path], goals: Callable[[dict], list[dict]],
                 if src.resolve() != dst.resolve():
                     shutil.copyfile(src, dst)
     return write_report(merge_reports(reports, goals), out_dir, fitness_label, metric_label)
+
+
+def refresh(path: Path) -> list[Path]:
+    """A finished report file given what later code adds without retraining: the IQM of
+    every summary (:func:`experiments.stats.add_iqm`) and ``<study>-profiles.png`` beside
+    it. Returns the files written."""
+    from experiments.stats import add_iqm
+
+    report = json.loads(Path(path).read_text())
+    if "variants" not in report:
+        raise ValueError(f"{path}: not a study report (no 'variants')")
+    write_json(Path(path), add_iqm(report))
+    png = plot_profiles(report, Path(path).with_name(f"{report['study']}-profiles.png"),
+                        report["metric"].replace("_", " "))
+    return [Path(path), *([png] if png else [])]
+
+
+if __name__ == "__main__":  # python -m experiments.report refresh FILE...
+    import sys
+
+    if len(sys.argv) < 3 or sys.argv[1] != "refresh":
+        raise SystemExit("usage: python -m experiments.report refresh RESULTS_JSON...")
+    for f in sys.argv[2:]:
+        print(*refresh(Path(f)))

@@ -1,6 +1,7 @@
 """Statistics of the result studies: the mean and 95% t-interval over seeds of per-seed
 values, learning curves interpolated onto a common env-step grid with a band per point, and
-"better with disjoint 95% intervals", the test every study's goals use.
+"better with disjoint 95% intervals", the test every study's goals use; beside them the
+field's robust aggregate, the IQM with a stratified bootstrap interval (rliable).
 
 The 95% t-interval itself is :func:`feudal_es.stats.mean_ci` (re-exported here with
 :func:`feudal_es.stats.t_critical`), so the studies and ``feudal-es eval`` report the same
@@ -17,8 +18,8 @@ import numpy as np
 
 from feudal_es.stats import mean_ci, t_critical
 
-__all__ = ["above", "common_grid", "curve_band", "fmt_ci", "mean_ci", "on_grid", "overlap",
-           "summarize", "t_critical"]
+__all__ = ["above", "add_iqm", "common_grid", "curve_band", "fmt_ci", "fmt_iqm", "iqm_of",
+           "mean_ci", "on_grid", "overlap", "summarize", "t_critical"]
 
 
 def curve_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,10 +59,53 @@ def above(a: dict, b: dict, higher: bool = True) -> bool:
 
 
 def summarize(per_seed: Sequence[float]) -> dict[str, Any]:
-    """Mean and 95% t half-width over seeds of per-seed values."""
+    """Mean and 95% t half-width over seeds of per-seed values, and (with rliable, the
+    ``stats`` extra) their IQM with its stratified bootstrap 95% interval, ``"iqm": [point,
+    lo, hi]`` (:func:`iqm_of`)."""
     m, hw = mean_ci([float(v) for v in per_seed])
-    return {"per_seed": [float(v) for v in per_seed], "mean": m, "ci95": hw,
-            "n": len(per_seed)}
+    out = {"per_seed": [float(v) for v in per_seed], "mean": m, "ci95": hw,
+           "n": len(per_seed)}
+    iqm = iqm_of(out["per_seed"])
+    if iqm is not None:
+        out["iqm"] = iqm
+    return out
+
+
+def iqm_of(values: Sequence[float]) -> list[float] | None:
+    """``[IQM, lo, hi]`` of ``values`` (:func:`feudal_es.aggregate.iqm`, seed 0), or None
+    with fewer than two values or without rliable."""
+    from feudal_es import aggregate
+
+    if len(values) < 2:
+        return None
+    try:
+        return list(aggregate.iqm(values))
+    except ImportError:
+        return None
+
+
+def fmt_iqm(summary: dict[str, Any], digits: int = 3) -> str:
+    """``IQM [lo, hi]`` of a :func:`summarize` dict for a markdown table (``-`` without)."""
+    if "iqm" not in summary:
+        return "-"
+    p, lo, hi = summary["iqm"]
+    return f"{p:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def add_iqm(node: Any) -> Any:
+    """Every :func:`summarize` dict under ``node`` (a study report) given its ``"iqm"``
+    when it lacks one: reports written before the column existed gain it without a rerun."""
+    if isinstance(node, dict):
+        if "per_seed" in node and "mean" in node and "iqm" not in node:
+            iqm = iqm_of(node["per_seed"])
+            if iqm is not None:
+                node["iqm"] = iqm
+        for v in node.values():
+            add_iqm(v)
+    elif isinstance(node, list):
+        for v in node:
+            add_iqm(v)
+    return node
 
 
 def fmt_ci(m: float, hw: float, digits: int = 3) -> str:
