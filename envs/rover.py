@@ -20,8 +20,9 @@ import jax.numpy as jnp
 
 from envs import _swarm
 from envs._swarm import SwarmState
-from envs.base import EnvOut, Obs, check_positive_float, check_positive_int
+from envs.base import OPTION_OBS, EnvOut, Obs, check_positive_float, check_positive_int
 from envs.render import AGENT_COLOR, DONE_COLOR, LINK_COLOR, TARGET_COLOR
+from envs.validate import check_bool
 
 
 class Rover(_swarm.TargetSwarmEnv):
@@ -42,6 +43,11 @@ class Rover(_swarm.TargetSwarmEnv):
         "go to POI k" is followable), and the rover's one-hot id when ``agent_ids``;
       - ``"maps"`` / ``"both"``: the local maps as the other swarm envs give them, with the
         short / long vector.
+
+      With ``option_obs`` (default off: the Rover study's observation), also
+      ``obs[OPTION_OBS]`` ``[N, num_pois, 3]``: per POI its offset (/ world_size) and
+      observed flag, the row the executor holding "go to POI k" reads directly
+      (:data:`envs.base.OPTION_OBS`).
 
     Rewards:
       - ``team_reward``: 0 until the last step, then the fraction of POIs observed.
@@ -68,6 +74,7 @@ class Rover(_swarm.TargetSwarmEnv):
     obs_mode: str = eqx.field(static=True)
     sectors: int = eqx.field(static=True)
     agent_ids: bool = eqx.field(static=True)
+    option_obs: bool = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
     metric_better: ClassVar[dict[str, str]] = {"observed_frac": "higher"}
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
@@ -91,6 +98,7 @@ class Rover(_swarm.TargetSwarmEnv):
         obs_mode: str = "vec",
         sectors: int = 8,
         agent_ids: bool = True,
+        option_obs: bool = False,
     ):
         """``coupling`` must be <= ``num_agents``; the bands must fit the world."""
         common = _swarm.check_common(num_agents, max_steps, world_size, max_speed,
@@ -113,6 +121,7 @@ class Rover(_swarm.TargetSwarmEnv):
         if not isinstance(agent_ids, bool):
             raise TypeError(f"agent_ids must be a bool, got {agent_ids!r}")
         self.agent_ids = agent_ids
+        self.option_obs = check_bool("option_obs", option_obs)
         self.skill_names = tuple(f"poi_{k}" for k in range(self.num_pois))
 
     # --- core ----------------------------------------------------------------------
@@ -162,10 +171,14 @@ class Rover(_swarm.TargetSwarmEnv):
 
     def observe(self, state: SwarmState) -> Obs:
         obs = super().observe(state)
-        if self.obs_mode == "maps":
-            return obs
         n = self.num_agents
         rel = (state.targets[None, :, :] - state.pos[:, None, :]) / self.world_size
+        if self.option_obs:  # per POI k: what "go to POI k" reads (see the class doc)
+            flag = jnp.broadcast_to(state.found.astype(jnp.float32)[None, :, None],
+                                    (n, self.num_pois, 1))
+            obs = {**obs, OPTION_OBS: jnp.concatenate([rel, flag], axis=-1)}
+        if self.obs_mode == "maps":
+            return obs
         extra = [rel.reshape(n, -1),
                  jnp.broadcast_to(state.found.astype(jnp.float32), (n, self.num_pois))]
         if self.agent_ids:

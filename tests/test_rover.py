@@ -89,13 +89,27 @@ def test_reset_regions_and_observation_layout():
     np.testing.assert_allclose(vec[..., 25:33], rel.reshape(256, 8, 8), atol=1e-6)
     np.testing.assert_array_equal(vec[..., 37:], np.broadcast_to(np.eye(8), (256, 8, 8)))
     assert set(Rover(obs_mode="both").observation_space.spaces) == {"maps", "vec"}
+    # option_obs: per POI the same offsets and the observed flag, as an [N, M, 3] entry
+    from envs.base import OPTION_OBS
+
+    both = Rover(option_obs=True, obs_mode="both")
+    o, _ = jax.jit(jax.vmap(both.reset))(jax.random.split(jax.random.key(0), 256))
+    np.testing.assert_allclose(np.asarray(o[OPTION_OBS])[..., :2], rel, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(o[OPTION_OBS])[..., 2], 0.0)
+    assert set(both.observation_space.spaces) == {"maps", "vec", OPTION_OBS}
+    assert both.observation_space[OPTION_OBS].shape == (4, 3)
+    st = state([[2.0, 10.0]] * 3 + [[10.0, 10.0]], found=(True, False))
+    flags = np.asarray(ENV.__class__(num_agents=4, num_pois=2, coupling=3, option_obs=True
+                                     ).observe(st)[OPTION_OBS])[..., 2]
+    np.testing.assert_array_equal(flags, [[1.0, 0.0]] * 4)
     np.testing.assert_array_equal(np.asarray(team_of(env)), [0, 0, 0, 0, 1, 1, 1, 1])
 
 
 @pytest.mark.parametrize("bad, match", [
     (dict(coupling=9), "coupling must be <= num_agents"),
     (dict(band=9.5), "band must be"), (dict(start_fraction=1.5), "start_fraction"),
-    (dict(obs_mode="pixels"), "obs_mode"), (dict(agent_ids=1), "agent_ids")])
+    (dict(obs_mode="pixels"), "obs_mode"), (dict(agent_ids=1), "agent_ids"),
+    (dict(option_obs="yes"), "option_obs")])
 def test_bad_arguments_name_the_argument(bad, match):
     with pytest.raises((ValueError, TypeError), match=match):
         Rover(**bad)
