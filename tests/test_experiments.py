@@ -15,7 +15,16 @@ import pytest
 from experiments import machine
 from experiments.arms import arm_config, equal_budget, merge, round_sizes, steps_per_round
 from experiments.report import RESULTS, markdown, merge_reports, slug
-from experiments.stats import above, curve_band, mean_ci, on_grid, overlap, summarize
+from experiments.stats import (
+    above,
+    add_iqm,
+    curve_band,
+    fmt_iqm,
+    mean_ci,
+    on_grid,
+    overlap,
+    summarize,
+)
 from experiments.training import (
     HELDOUT_SEED,
     SEEDS,
@@ -40,6 +49,13 @@ def test_mean_ci_matches_hand_computation():
     assert math.isnan(t_critical(0))
     s = summarize([0.5, 0.7])  # 2 seeds: t(1) = 12.706, sd = 0.1414
     assert s["n"] == 2 and s["ci95"] == pytest.approx(12.706 * 0.1 * math.sqrt(2) / math.sqrt(2))
+    # the IQM beside it: the mean of the middle half (8 seeds: drop 2 at each end)
+    eight = [0.0, 9.0, 1.0, 2.0, 3.0, 4.0, -9.0, 5.0]
+    s = summarize(eight)
+    assert s["iqm"][0] == pytest.approx(np.mean([1.0, 2.0, 3.0, 4.0]))
+    assert s["iqm"][1] <= s["iqm"][0] <= s["iqm"][2]
+    old = {"a": [{"per_seed": eight, "mean": 1.875, "ci95": 1.0}], "b": "x"}
+    assert add_iqm(old)["a"][0]["iqm"] == s["iqm"] and fmt_iqm(s).count("[") == 1
 
 
 def test_curve_band_grid_and_disjoint_intervals():
@@ -171,6 +187,9 @@ def test_reports_of_separate_jobs_merge_with_goals_recomputed():
     assert len(rows) == 4 and rows == list(range(rows[0], rows[0] + 4))
     assert all(i > rows[-1] for i, line in enumerate(md) if ".gif)" in line)
     assert "(the sum of separate runs: coupling 4 10 s; coupling 6 6 s)" in md[2]
+    iqm = fmt_iqm(c4["variants"]["coupling 4"]["team_return"]["merl"])
+    assert "| IQM [95% CI] |" in md[rows[0] - 2] and f"| {iqm} |" in md[rows[0]]
+    assert "Performance profiles: ![rover profiles](rover-profiles.png)" in md
     with pytest.raises(ValueError, match="more than one report"):
         merge_reports([c4, c4], goals)
     with pytest.raises(ValueError, match="differ in \\['seeds'\\]"):
@@ -208,6 +227,7 @@ def test_tiny_study_end_to_end(tmp_path):
         run_root=tmp_path / "runs", goals=lambda r: [merl_beats(r, "v")])
     for ext in ("json", "csv", "png", "md"):
         assert (tmp_path / "out" / f"tiny.{ext}").stat().st_size > 0
+    assert (tmp_path / "out" / "tiny-profiles.png").read_bytes()[:4] == b"\x89PNG"
     data = json.loads((tmp_path / "out" / "tiny.json").read_text())
     v = data["variants"]["v"]
     assert {(r["arm"], r["seed"]) for r in v["runs"]} == {
