@@ -5,11 +5,12 @@
 - :mod:`~feudal_es.evolution.state` — :class:`ESState`, :func:`init`, :func:`ask`;
 - :mod:`~feudal_es.evolution.ranks` — centered-rank fitness shaping;
 - :mod:`~feudal_es.evolution.nes` and :mod:`~feudal_es.evolution.cem` — the two updates;
+- :mod:`~feudal_es.evolution.evosax_kind` — evosax's strategies as kinds (``"evosax:..."``);
 - :mod:`~feudal_es.evolution.generation` — :func:`tell` and whole generations (batched,
   scanned, or with a fitness computed outside JAX).
 
 Like the reference, these modules import only jax, jax.numpy, equinox, optax, numpy and
-each other: no networks, no environments.
+each other (and evosax, on first use of an evosax kind): no networks, no environments.
 """
 
 from feudal_es.evolution.config import ESConfig

@@ -11,6 +11,7 @@ import numpy as np
 __all__ = ["KINDS", "OPTIMIZERS", "ESConfig"]
 
 KINDS = ("nes", "cem")
+EVOSAX = "evosax:"  # kind="evosax:CMA_ES" etc.: see feudal_es.evolution.evosax_kind
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -23,8 +24,9 @@ class ESConfig:
         candidates are evaluated per generation.
       sigma: Gaussian perturbation std (search radius around the mean θ).
       lr: NES learning rate (``kind='nes'`` only).
-      kind: ``'nes'`` (OpenAI-ES, rank-shaped gradient estimate) or ``'cem'`` (elite mean
-        and σ shrink).
+      kind: ``'nes'`` (OpenAI-ES, rank-shaped gradient estimate), ``'cem'`` (elite mean
+        and σ shrink), or an evosax strategy, ``'evosax:CMA_ES'``, ``'evosax:SNES'``, ...
+        (:mod:`feudal_es.evolution.evosax_kind`; ``sigma`` its initial step size).
       elite_frac: fraction of the candidates kept as elites (``kind='cem'`` only), in (0, 1].
       weight_decay: L2 pull of θ toward 0 added to the NES step (``-lr·wd·θ``); 0 disables.
       optimizer: how the NES gradient estimate moves the mean: ``'sgd'`` is the plain
@@ -49,12 +51,22 @@ class ESConfig:
         _check_real("elite_frac", self.elite_frac, positive=True)
         if self.elite_frac > 1.0:
             raise ValueError(f"ESConfig.elite_frac must be in (0, 1], got {self.elite_frac}")
-        if self.kind not in KINDS:
-            raise ValueError(f"ESConfig.kind must be one of {KINDS}, got {self.kind!r}")
+        if isinstance(self.kind, str) and self.kind.startswith(EVOSAX):
+            from feudal_es.evolution.evosax_kind import check_kind
+
+            check_kind(self.kind)
+        elif self.kind not in KINDS:
+            raise ValueError(f"ESConfig.kind must be one of {KINDS} or '{EVOSAX}<strategy>' "
+                             f"(e.g. '{EVOSAX}CMA_ES'), got {self.kind!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(
                 f"ESConfig.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}"
             )
+
+    @property
+    def is_evosax(self) -> bool:
+        """Whether ``kind`` names an evosax strategy."""
+        return self.kind.startswith(EVOSAX)
 
     @property
     def num_candidates(self) -> int:

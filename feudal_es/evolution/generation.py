@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from feudal_es.evolution import cem, nes
+from feudal_es.evolution import cem, evosax_kind, nes
 from feudal_es.evolution.config import ESConfig
 from feudal_es.evolution.state import ESState, ask
 
@@ -48,7 +48,8 @@ def tell(
         "mean_fitness": jnp.sum(jnp.where(valid, fitness, 0.0)) / jnp.maximum(valid.sum(), 1),
         "num_invalid": jnp.sum(~valid).astype(jnp.int32),
     }
-    mean, sigma, opt_state = _UPDATES[cfg.kind](state, noise, fitness, cfg)
+    update = evosax_kind.update if cfg.is_evosax else _UPDATES[cfg.kind]
+    mean, sigma, opt_state = update(state, noise, fitness, cfg)
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(informative, a, b), new, old)
     new_state = ESState(
         mean=keep(mean, state.mean),

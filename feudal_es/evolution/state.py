@@ -18,7 +18,8 @@ class ESState(NamedTuple):
 
     mean: jax.Array  # [D] float32, the search distribution's centre θ
     sigma: jax.Array  # [] float32, current perturbation std (CEM shrinks it)
-    opt_state: optax.OptState  # state of the NES mean optimizer (empty for 'sgd')
+    opt_state: optax.OptState  # state of the NES mean optimizer (empty for 'sgd'), or an
+    # evosax strategy's state (kind 'evosax:...')
     generation: jax.Array  # [] int32, generations told so far
 
 
@@ -35,10 +36,16 @@ def init(theta: jax.Array, cfg: ESConfig, sigma: float | None = None) -> ESState
     if mean.ndim != 1:
         raise ValueError(f"ES mean must be a 1-D vector, got shape {mean.shape}")
     sigma = cfg.sigma if sigma is None else sigma
+    if cfg.is_evosax:  # the evosax state rides in opt_state (see evosax_kind)
+        from feudal_es.evolution import evosax_kind
+
+        opt_state = evosax_kind.init(mean, cfg)
+    else:
+        opt_state = mean_optimizer(cfg).init(mean)
     return ESState(
         mean=mean,
         sigma=jnp.asarray(sigma, jnp.float32),
-        opt_state=mean_optimizer(cfg).init(mean),
+        opt_state=opt_state,
         generation=jnp.zeros((), jnp.int32),
     )
 
@@ -53,6 +60,10 @@ def ask(key: jax.Array, state: ESState, cfg: ESConfig, mask: jax.Array | None = 
     the mean's value there and the update's gradient estimate is exactly 0 there (ES on
     a subset of θ, e.g. the selector's coordinates of a whole-actor θ).
     """
+    if cfg.is_evosax:
+        from feudal_es.evolution import evosax_kind
+
+        return evosax_kind.ask(key, state, cfg, mask)
     half = cfg.num_candidates // 2
     eps = jax.random.normal(key, (half, state.mean.shape[0]), jnp.float32)
     if mask is not None:
