@@ -7,11 +7,14 @@ One run measures, on the same fitness (64-dim sphere, population 256, 100 genera
   (b) the batched path: ``feudal_es.es.evolve`` — ask, vmapped fitness, tell, all 100
       generations in one ``lax.scan`` under one ``jit``;
   (c) evosax ``Open_ES`` (antithetic, centered ranks, SGD), its ask/tell in the same kind
-      of ``lax.scan`` under one ``jit`` (evosax is a dev/benchmark dependency only).
+      of ``lax.scan`` under one ``jit`` (evosax: the ``evosax`` extra, in ``dev``);
+  (d) the same evosax ``Open_ES`` through our loop (``ESConfig(kind="evosax:Open_ES")``,
+      path (b)'s ``evolve``): what plugging a strategy in costs.
 
-It prints generations per second for each and the ratios b/a (goal >= 30) and b/c
-(goal >= 1). Timings are the best of several repeats after a warm-up compile; the compile
-time is reported separately. Path (a) is timed on fewer generations (its cost per
+It prints generations per second for each and the ratios b/a (goal >= 30), b/c
+(goal >= 1) and c/d, our loop's time over evosax's own for one strategy (goal <= 1.1).
+Timings are the best of several repeats after a warm-up compile; the compile time is
+reported separately. Path (a) is timed on fewer generations (its cost per
 generation is constant). Run: ``python bench/es_core.py`` (add ``--markdown`` for a
 table row block to paste into bench/RESULTS.md, ``--json PATH`` for the numbers as JSON,
 see bench/common.py).
@@ -20,6 +23,7 @@ see bench/common.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -95,6 +99,11 @@ def evosax_open_es(theta0, cfg, generations, key):
     return compiled(lambda: evolve(key).block_until_ready())
 
 
+def evosax_through_our_loop(theta0, cfg, generations, key):
+    return batched_generation(theta0, dataclasses.replace(cfg, kind="evosax:Open_ES"),
+                              generations, key)
+
+
 def main(argv: list[str] | None = None) -> int:
     from feudal_es.devices import use_cpu_cores
 
@@ -126,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         import evosax  # noqa: F401
 
         paths["evosax"] = ("(c) evosax Open_ES, lax.scan + jit", evosax_open_es, g)
+        paths["ours_evosax"] = ("(d) evosax Open_ES through our loop", evosax_through_our_loop,
+                                g)
     except ImportError:
         print("evosax not installed (pip install -e '.[dev]'): no (c) row")
     runs, compile_s = {}, {}
@@ -147,15 +158,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{compile_s[name]:10.2f} {final[name]:14.5f}")
     ratio_ba = gps["batched"] / gps["loop"]
     ratio_bc = gps["batched"] / gps["evosax"] if "evosax" in gps else float("nan")
+    ratio_cd = gps["evosax"] / gps["ours_evosax"] if "evosax" in gps else float("nan")
     print(f"b/a = {ratio_ba:.1f}x   (goal >= 30)")
     print(f"b/c = {ratio_bc:.2f}x   (goal >= 1.0)")
+    print(f"c/d = {ratio_cd:.2f}x   (our loop's time / evosax's own, one strategy; "
+          "goal <= 1.1)")
     if args.markdown:
         print()
         print(markdown_table(
             ["path", "generations timed", "generations/s", "compile (s)", "final fitness"],
             "lrrrr", [(paths[n][0], paths[n][2], f"{gps[n]:.1f}", f"{compile_s[n]:.2f}",
                        f"{final[n]:.5f}") for n in runs]))
-        print(f"\nb/a = **{ratio_ba:.1f}x**, b/c = **{ratio_bc:.2f}x**")
+        print(f"\nb/a = **{ratio_ba:.1f}x**, b/c = **{ratio_bc:.2f}x**, "
+              f"c/d = **{ratio_cd:.2f}x**")
     assert final["batched"] > float(sphere_fitness(theta0)), "the batched path did not improve"
     report.write(
         {"start_fitness": float(sphere_fitness(theta0)),

@@ -43,8 +43,12 @@ EXPORTS = ("marl-eval",)  # what `eval --export FORMAT PATH` writes
 def cmd_eval(args: argparse.Namespace) -> int:
     from feudal_es.evaluate import compare_runs, compare_selectors, load_trainer, robust_stats
 
-    if args.export and args.export[0] not in EXPORTS:
-        raise ValueError(f"--export {args.export[0]!r}: unknown format; one of {EXPORTS}")
+    if args.export:  # refused before any work
+        if args.export[0] not in EXPORTS:
+            raise ValueError(f"--export {args.export[0]!r}: unknown format; one of {EXPORTS}")
+        from feudal_es.atomic import check_writable
+
+        check_writable(args.export[1])
     overrides = env_overrides(args.set)
     if len(args.run) > 1:
         if args.selector:
@@ -59,7 +63,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                    args.force)
         source = f"executor of {ckpt}"
     robust_stats(result)
-    if args.export:
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "metrics"}, indent=2))
+    else:
+        _print_eval(result, args.seed, source, trainer is None)
+    if args.export:  # after the results are shown: a failed write loses nothing printed
         from feudal_es.marl_eval import marl_eval_data, write_marl_eval
 
         rows = [{"name": r["selector"], "step_count": r.get("env_steps", result.get(
@@ -67,20 +75,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
             for r in result["selectors"]]
         path = write_marl_eval(args.export[1], marl_eval_data(result["env"], rows))
         print(f"wrote {path} ({args.export[0]})", file=sys.stderr)  # stdout: the results
-    if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "metrics"}, indent=2))
-        return 0
+    return 0
+
+
+def _print_eval(result: dict[str, Any], seed: int, source: str, runs: bool) -> None:
+    """The table of ``feudal-es eval``: a row per selector (or run), then P(A > B)."""
     rows, metric_names, episodes = result["selectors"], result["metrics"], result["episodes"]
     better = result["metric_better"]
-    what = "selector" if len(rows) == 1 and trainer is not None else (
-        "selectors" if trainer is not None else "runs")
+    what = "runs" if runs else ("selector" if len(rows) == 1 else "selectors")
     print(f"{result['env']}: {len(rows)} {what} on the same {episodes} episodes "
-          f"(seed {args.seed}), {source}; team fitness: higher is better")
+          f"(seed {seed}), {source}; team fitness: higher is better")
     if "env_kwargs" in result:
         print(f"env_kwargs: {json.dumps(result['env_kwargs'])} (the run's, with "
               f"{json.dumps(result['env_kwargs_overrides'])} changed)")
     robust = "robust_stats" not in result
-    header = ["selector" if trainer is not None else "run", "team fitness (mean ± std)",
+    header = ["run" if runs else "selector", "team fitness (mean ± std)",
               "95% CI", *(["IQM [95% bootstrap CI]"] if robust else []),
               *[f"{m} ({better[m]} is better)" if m in better else m for m in metric_names]]
     table = [[r["selector"], f"{r['fitness_mean']:.4f} ± {r['fitness_std']:.4f}",
@@ -100,7 +109,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
               "per episode; 0.5: no difference)")
     if not robust:
         print(f"(no IQM or P(A > B): {result['robust_stats']})")
-    return 0
 
 
 # ---------------------------------------------------------------------------------------

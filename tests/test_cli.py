@@ -170,6 +170,8 @@ def test_eval_of_two_runs_and_the_marl_eval_export(work, trained):
     assert proc.returncode == 2 and "selectors of one run" in proc.stderr
     proc = cli("eval", str(run), "--export", "csv", "x.csv", cwd=work, check=False)
     assert proc.returncode == 2 and "'csv': unknown format" in proc.stderr
+    proc = cli("eval", str(run), "--export", "marl-eval", str(twin), cwd=work, check=False)
+    assert proc.returncode != 0 and "directory" in proc.stderr and not proc.stdout  # no work
 
 
 def test_render_writes_an_episode_gif(work, trained):
