@@ -60,7 +60,8 @@ def test_cma_es_moves_only_the_unmasked_coordinates_and_ranks_nan_last():
     # the host path draws the same candidates and makes the same update
     h, _ = host_generation(jax.random.key(5), s0, lambda p: np.asarray(sphere(p, None)), cfg)
     j, _ = jax.jit(lambda k, s: generation(k, s, sphere, cfg))(jax.random.key(5), s0)
-    np.testing.assert_array_equal(np.asarray(h.mean), np.asarray(j.mean))
+    # two programs (ask_jit + tell_jit vs one fused jit): equal up to float rounding
+    np.testing.assert_allclose(np.asarray(h.mean), np.asarray(j.mean), rtol=1e-5, atol=1e-6)
 
 
 def test_evosax_state_survives_a_checkpoint(tmp_path):
