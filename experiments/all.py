@@ -6,6 +6,7 @@ env steps, about as long as all the others together) is a separate job.
     python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
     python -m experiments.all --only rover_merl                # or: make results-merl
     python -m experiments.all --scale 0.05 --out /tmp/smoke              # smoke run
+    python -m experiments.all --only rover_merl --resume   # finish an interrupted run
 
 Every study runs in its own process (its log in ``out/log-<study>.txt``): the first full
 run, one process compiling every study's programs, died 77 minutes in with LLVM's
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import inspect
 import os
 import subprocess
 import sys
@@ -40,6 +42,8 @@ from experiments.training import SEEDS
 STUDIES = {"rover": rover.run, "coverage": coverage.run, "coverage_lpac": coverage_lpac.run,
            "discovery": swarm.discovery,
            "dispersion": swarm.dispersion, "mpe": mpe.run, "rover_merl": rover_merl.run}
+# the studies whose ``run`` takes ``resume`` (experiments.training.train_arm)
+RESUMABLE = tuple(n for n, f in STUDIES.items() if "resume" in inspect.signature(f).parameters)
 SEPARATE = ("rover_merl",)  # their own job: ``make results`` would pass 2 h with them
 DEFAULT = [name for name in STUDIES if name not in SEPARATE]
 SMOKE_SCALE = 0.25  # below it, --scale is a smoke run
@@ -62,11 +66,12 @@ def _timing_path(out: Path, only: list[str]) -> Path:
 
 
 def _subprocess(name: str, scale: float, seeds: tuple[int, ...], out: Path,
-                echo: bool = False) -> None:
+                echo: bool = False, resume: bool = False) -> None:
     """One study in its own process, its output in ``out/log-<study>.txt`` (and, with
     ``echo``, on stdout as it comes)."""
     cmd = [sys.executable, "-m", "experiments.all", "--only", name, "--scale", str(scale),
-           "--seeds", *map(str, seeds), "--out", str(out), "--in-process"]
+           "--seeds", *map(str, seeds), "--out", str(out), "--in-process",
+           *(["--resume"] if resume else [])]
     with open(out / f"log-{name}.txt", "w") as log, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
@@ -93,6 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--only", nargs="+", choices=list(STUDIES), default=DEFAULT,
                    help=f"default: every study but {', '.join(SEPARATE)} (a separate job)")
+    p.add_argument("--resume", action="store_true",
+                   help="each study keeps the arms an interrupted run finished and continues "
+                        f"the one it stopped in ({', '.join(RESUMABLE)}; the others rerun)")
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # a child
     a = p.parse_args(argv)
     if a.jobs is not None and a.jobs < 1:
@@ -101,7 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     if a.in_process:  # one study's process, started by ``_subprocess``
         for name in a.only:
-            STUDIES[name](a.scale, seeds, a.out)
+            resume = {"resume": True} if a.resume and name in RESUMABLE else {}
+            if a.resume and not resume:
+                print(f"[all] {name} cannot resume; it runs from scratch", flush=True)
+            STUDIES[name](a.scale, seeds, a.out, **resume)
         return
     clock = Timer()
     load = LoadSampler()
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def one(name: str) -> None:
         t, first = Timer(), len(load.samples)
-        _subprocess(name, a.scale, seeds, a.out, echo=jobs == 1)
+        _subprocess(name, a.scale, seeds, a.out, echo=jobs == 1, resume=a.resume)
         with lock:
             during = load.samples[first:] or load.samples[-1:]
             timing["studies"][name] = {"wall_time_s": round(t(), 1),

@@ -19,7 +19,8 @@ __all__ = ["load_config", "study_main"]
 
 def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
                options: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
-    """The command line every study shares: ``--scale``, ``--seeds``, ``--out``;
+    """The command line every study shares: ``--scale``, ``--seeds``, ``--out``,
+    ``--resume``;
     ``options(parser)`` adds a study's own, passed to ``run`` as keywords. JAX gets one
     CPU device per core first, as the trainer's CLI gives it (many seeds split over
     them)."""
@@ -30,6 +31,10 @@ def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the env-step budget")
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--resume", action="store_true",
+                   help="keep the arms an interrupted run of this study finished (their run "
+                        "directories hold exactly their configs) and continue the one it "
+                        "stopped in")
     if options is not None:
         options(p)
     a = vars(p.parse_args(argv))

@@ -97,7 +97,7 @@ def goals(report: dict) -> list[dict]:
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"),
-        eval_episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+        eval_episodes: int = EVAL_EPISODES, resume: bool = False) -> dict[str, Any]:
     """Run the study; writes coverage.{json,csv,png,md} under ``out_dir``."""
     from feudal_es.checkpoint import SUFFIX
 
@@ -109,7 +109,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     return compare_arms("coverage", [variant], int(BUDGET * scale), seeds, eval_episodes,
                         metric="coverage_cost", metric_label="J(T)/J(0) (lower is better)",
                         fitness_label="team fitness 1 - J(T)/J(0)", out_dir=out_dir,
-                        run_root=run_root, goals=goals, higher=False)
+                        run_root=run_root, goals=goals, higher=False, resume=resume)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,7 +50,7 @@ def peer(steps: int) -> dict[str, Any]:
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"),
-        eval_episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+        eval_episodes: int = EVAL_EPISODES, resume: bool = False) -> dict[str, Any]:
     """Run the study; writes mpe.{json,csv,png,md} under ``out_dir``."""
     budget = int(BUDGET * scale)
     anchor = peer(budget) if scale >= 1 else {"source": "skipped below --scale 1",
@@ -70,7 +70,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     return compare_arms("mpe", [variant], budget, seeds, eval_episodes,
                         metric="team_return", metric_label="team return",
                         fitness_label="team return (our units)", out_dir=out_dir,
-                        run_root=run_root, goals=goals)
+                        run_root=run_root, goals=goals, resume=resume)
 
 
 def main(argv: list[str] | None = None) -> None:

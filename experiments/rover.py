@@ -63,7 +63,8 @@ def goals(report: dict) -> list[dict]:
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"), couplings: tuple[int, ...] = COUPLINGS,
-        eval_episodes: int = EVAL_EPISODES, arms: tuple[str, ...] = ABLATION_ARMS
+        eval_episodes: int = EVAL_EPISODES, arms: tuple[str, ...] = ABLATION_ARMS,
+        resume: bool = False
         ) -> dict[str, Any]:
     """Run the study; writes rover.{json,csv,png,md} and two GIFs per coupling (the best
     MERL and MAPPO-only seeds) under ``out_dir``. ``arms`` (MERL among them) runs a subset
@@ -78,7 +79,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
                 for c in couplings]
     return compare_arms("rover", variants, int(BUDGET * scale), seeds, eval_episodes,
                         metric="observed_frac", out_dir=out_dir, run_root=run_root,
-                        goals=goals, **LABELS)
+                        goals=goals, resume=resume, **LABELS)
 
 
 def combine(paths: list[Path], out_dir: Path = RESULTS) -> dict[str, Any]:

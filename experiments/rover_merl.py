@@ -124,7 +124,8 @@ def goals(report: dict) -> list[dict]:
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"), variants: tuple[str, ...] = ("8x4",),
-        eval_episodes: int = EVAL_EPISODES, arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+        eval_episodes: int = EVAL_EPISODES, arms: tuple[str, ...] = ARMS,
+        resume: bool = False) -> dict[str, Any]:
     """Run the study; writes rover_merl.{json,csv,png,md} and the per-episode score
     histogram rover_merl-scores.png under ``out_dir``."""
     arms = tuple(arms)
@@ -133,7 +134,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     vs = [_variant(k, arms) for k in variants]
     report = compare_arms("rover_merl", vs, int(BUDGET * scale), seeds, eval_episodes,
                           metric="observed_frac", out_dir=out_dir, run_root=run_root,
-                          goals=goals, **LABELS)
+                          goals=goals, resume=resume, **LABELS)
     score_histogram(report, out_dir / "rover_merl-scores.png")
     return report
 

@@ -42,7 +42,7 @@ def goals(report: dict) -> list[dict]:
 
 def discovery(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
               run_root: Path = Path("runs/experiments"), couplings: tuple[int, ...] = (2, 3),
-              eval_episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+              eval_episodes: int = EVAL_EPISODES, resume: bool = False) -> dict[str, Any]:
     """Discovery at each coupling; writes discovery.{json,csv,png,md}."""
     variants = [Variant(f"coupling {c}", base_config(
         "feudal_es/Discovery-v0", dict(num_agents=4, num_targets=4, coupling=c)), MAX_STEPS,
@@ -50,12 +50,12 @@ def discovery(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path 
     return compare_arms("discovery", variants, int(BUDGET * scale), seeds, eval_episodes,
                         metric="discovered_frac", metric_label="targets discovered (fraction)",
                         fitness_label="team fitness (targets discovered)", out_dir=out_dir,
-                        run_root=run_root, goals=goals)
+                        run_root=run_root, goals=goals, resume=resume)
 
 
 def dispersion(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
                run_root: Path = Path("runs/experiments"),
-               eval_episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+               eval_episodes: int = EVAL_EPISODES, resume: bool = False) -> dict[str, Any]:
     """Dispersion with 4 agents; writes dispersion.{json,csv,png,md}."""
     variants = [Variant("4 robots", base_config("feudal_es/Dispersion-v0",
                                                 dict(num_agents=4)), MAX_STEPS,
@@ -63,7 +63,7 @@ def dispersion(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path
     return compare_arms("dispersion", variants, int(BUDGET * scale), seeds, eval_episodes,
                         metric="reached_frac", metric_label="goals reached (fraction)",
                         fitness_label="team fitness (goals reached)", out_dir=out_dir,
-                        run_root=run_root, goals=goals)
+                        run_root=run_root, goals=goals, resume=resume)
 
 
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS

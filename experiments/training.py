@@ -10,6 +10,7 @@ no training run uses, the same episodes for every arm, seed and reference policy
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -51,15 +52,20 @@ def heldout_keys(episodes: int, root: int = HELDOUT_SEED) -> Any:
 
 def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
               eval_episodes: int, run_dir: Path, metric: str | None = None,
-              arm: str = "", eval_root: int = HELDOUT_SEED) -> tuple[list[dict], Any]:
+              arm: str = "", eval_root: int = HELDOUT_SEED, resume: bool = False,
+              log: Callable[[str], None] = print) -> tuple[list[dict], Any]:
     """Train every seed of ``config`` for ``rounds`` rounds (two or more seeds: one
     program, :func:`feudal_es.train`), then play the final policies on the held-out
     episodes (of key ``eval_root``). Returns one result per seed (curve, held-out team
     returns and final ``metric`` per episode, times) and the trainer (for GIFs: seed ``i``
-    is ``trainer.write_gif(path, index=i)``)."""
+    is ``trainer.write_gif(path, index=i)``).
+
+    ``resume``: a run already in ``run_dir`` of exactly this config (an interrupted study)
+    continues from its newest checkpoint, so a finished arm is only evaluated again;
+    anything else there (another config, no checkpoint) is removed and trained afresh.
+    Without ``resume`` the arm always starts from scratch."""
     import jax
 
-    import feudal_es
     from feudal_es.config import TrainerConfig
 
     cfg = TrainerConfig.from_dict({**config, "seeds": list(seeds) if len(seeds) > 1 else [],
@@ -67,12 +73,24 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
                                    "checkpoint_every": 10**6, "plot_every": 10**6,
                                    "gif": False})
     per_round = steps_per_round(cfg, max_steps)
-    shutil.rmtree(run_dir, ignore_errors=True)  # a study always starts from scratch
     t0 = time.perf_counter()
-    trainer = feudal_es.train(cfg, run_dir)
-    train_time = time.perf_counter() - t0
+    trainer, before = (_resumed(cfg, run_dir, log) if resume else (None, 0.0))
+    resumed = trainer is not None
+    finished = resumed and trainer.round >= rounds  # nothing left to train
+    if trainer is None:
+        import feudal_es
+
+        shutil.rmtree(run_dir, ignore_errors=True)  # a study's arm starts from scratch
+        trainer = feudal_es.train(cfg, run_dir)
+    elif not finished:
+        trainer.run()  # the rounds left
+    train_time = 0.0 if finished else time.perf_counter() - t0
+    if before is not None and not finished:
+        # every training second this arm has cost, over its sessions
+        (run_dir / TIMING).write_text(json.dumps({"train_time_s": before + train_time}))
     ret, metrics = trainer.evaluate(jax.random.key(eval_root), eval_episodes)
     total = time.perf_counter() - t0
+    spent = None if before is None else round(before + train_time, 2)
     out = []
     for i, (seed, h) in enumerate(zip(seeds, trainer.histories, strict=True)):
         row = {"arm": arm, "mode": cfg.mode, "seed": int(seed), "rounds": rounds,
@@ -80,12 +98,41 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
                "curve": {"env_steps": [(r["round"] + 1) * per_round for r in h],
                          "fitness": [r["selector_fitness"] for r in h]},
                "heldout_team_return": [float(v) for v in ret[i]],
-               "train_time_s": round(train_time, 2), "total_time_s": round(total, 2),
+               "train_time_s": spent, "total_time_s": round(total, 2),
                "seeds_in_program": len(seeds)}
+        if resumed:
+            row["resumed"] = True
         if metric is not None and metric in metrics:
             row["heldout_" + metric] = [float(v) for v in metrics[metric][i]]
         out.append(row)
     return out, trainer
+
+
+TIMING = "arm_train_time.json"  # train_arm's record of an arm's training seconds
+
+
+def _resumed(cfg: Any, run_dir: Path, log: Callable[[str], None]) -> tuple[Any, float | None]:
+    """``(trainer, seconds already trained)`` continuing ``run_dir`` when it holds a run of
+    exactly ``cfg`` with a checkpoint at or before ``cfg.n_outer``; ``(None, 0.0)``
+    otherwise. The seconds are ``None`` when the run predates :data:`TIMING`."""
+    import feudal_es
+
+    if not (run_dir / "config.json").is_file():
+        return None, 0.0
+    try:
+        trainer = feudal_es.resume(run_dir, n_outer=cfg.n_outer)
+    except (ValueError, OSError) as e:
+        log(f"  {run_dir}: not resumable ({e}); training it afresh")
+        return None, 0.0
+    if trainer.config != cfg or trainer.round > cfg.n_outer:
+        log(f"  {run_dir}: holds another config or more rounds; training it afresh")
+        return None, 0.0
+    log(f"  {run_dir}: resuming at round {trainer.round} of {cfg.n_outer}")
+    try:
+        before = json.loads((run_dir / TIMING).read_text())["train_time_s"]
+    except (OSError, ValueError, KeyError, TypeError):
+        before = None
+    return trainer, before
 
 
 def reference_returns(env: Any, policies: dict[str, Callable], episodes: int,
@@ -126,8 +173,9 @@ class Variant:
 
 def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
                 eval_episodes: int, metric: str, run_root: Path, out_dir: Path,
-                log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every arm of ``v`` over ``seeds`` at an equal env-step budget, plus its references."""
+                log: Callable[[str], None] = print, resume: bool = False) -> dict[str, Any]:
+    """Every arm of ``v`` over ``seeds`` at an equal env-step budget, plus its references
+    (``resume``: see :func:`train_arm`)."""
     spent, rounds = equal_budget(v.base, v.max_steps, budget, v.arms, v.extra)
     refs = v.references(eval_episodes) if v.references else {}
     runs, gifs = [], {}
@@ -135,7 +183,8 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
         clock = Timer()
         cfg = arm_config(v.base, arm, v.extra.get(arm))
         rows, trainer = train_arm(cfg, seeds, rounds[arm], v.max_steps, eval_episodes,
-                                  run_root / study / slug(v.label) / arm, metric, arm)
+                                  run_root / study / slug(v.label) / arm, metric, arm,
+                                  resume=resume, log=log)
         runs += rows
         means = [np.mean(r["heldout_team_return"]) for r in rows]
         log(f"  [{study}] {v.label} · {arm}: {rounds[arm]} rounds x {len(seeds)} seeds, "
@@ -163,19 +212,21 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
 def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Sequence[int],
                  eval_episodes: int, metric: str, metric_label: str, fitness_label: str,
                  out_dir: Path, run_root: Path, goals: Callable[[dict], list[dict]],
-                 higher: bool = True) -> dict[str, Any]:
+                 higher: bool = True, resume: bool = False) -> dict[str, Any]:
     """Run every variant; write ``<name>.json`` (raw per-seed results, configs, goals),
     ``<name>.csv``, ``<name>.png`` (curves with 95% bands, held-out bars) and
-    ``<name>.md``. ``goals(report)`` -> ``[{"goal", "met", "numbers"}]``."""
+    ``<name>.md``. ``goals(report)`` -> ``[{"goal", "met", "numbers"}]``. ``resume``: an
+    interrupted study keeps the arms it finished and continues the one it stopped in
+    (:func:`train_arm`; their rows say ``"resumed"``)."""
     clock = Timer()
     report: dict[str, Any] = {"study": name, "seeds": list(seeds),
                               "eval_episodes": eval_episodes, "heldout_seed": HELDOUT_SEED,
                               "metric": metric, "metric_higher_is_better": higher,
-                              "variants": {}}
+                              "resumed": resume, "variants": {}}
     for v in variants:
         print(f"[{name}] {v.label}", flush=True)
         report["variants"][v.label] = run_variant(name, v, budget, seeds, eval_episodes,
-                                                  metric, run_root, out_dir)
+                                                  metric, run_root, out_dir, resume=resume)
     report["goals"] = goals(report)
     report["wall_time_s"] = round(clock(), 1)
     report["machine"] = machine_note()

@@ -267,6 +267,30 @@ def test_tiny_study_end_to_end(tmp_path):
                                atol=1e-5)
     assert seed1["curve"]["env_steps"] == one[0]["curve"]["env_steps"]
 
+    # --resume: a finished study is evaluated again, not retrained: the same rows (one
+    # program, one machine: bit-equal), its checkpoints untouched, its training time kept
+    ckpts = sorted((tmp_path / "runs").rglob("ckpt_*.safetensors"))
+    stamps = [p.stat().st_mtime_ns for p in ckpts]
+    again = compare_arms(
+        "tiny", [variant], budget=1, seeds=(0, 1), eval_episodes=4, metric="observed_frac",
+        metric_label="observed", fitness_label="fitness", out_dir=tmp_path / "out2",
+        run_root=tmp_path / "runs", goals=lambda r: [merl_beats(r, "v")], resume=True)
+    rows = again["variants"]["v"]["runs"]
+    assert all(r.pop("resumed") for r in rows) and again["resumed"]
+    for old, new in zip(v["runs"], rows, strict=True):
+        for k in ("arm", "seed", "curve", "heldout_team_return", "heldout_observed_frac",
+                  "train_time_s", "env_steps"):
+            assert new[k] == old[k], k
+    assert sorted((tmp_path / "runs").rglob("ckpt_*.safetensors")) == ckpts
+    assert [p.stat().st_mtime_ns for p in ckpts] == stamps
+    # a run directory of another config is not resumed: trained afresh, said so
+    logs: list[str] = []
+    other = arm_config(TINY, "merl", {"es": {"sigma": 0.2}})
+    fresh, _ = train_arm(other, (0, 1), v["rounds"]["merl"], 6, 4,
+                         tmp_path / "runs" / "tiny" / "v" / "merl", "observed_frac",
+                         resume=True, log=logs.append)
+    assert "resumed" not in fresh[0] and any("another config" in m for m in logs)
+
 
 def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
         tmp_path, monkeypatch):
