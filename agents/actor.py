@@ -31,7 +31,7 @@ from agents.backbone import LPACBackbone, as_obs_dict, obs_shapes
 from agents.config import ActorConfig
 from agents.heads import ActOut, Executor, GoalSelector, Selector, SkillSelector
 from agents.layers import KeyLike, as_rng
-from envs.base import OPTION_OBS
+from envs.base import OPTION_OBS, SELECTOR_OBS
 
 
 class GoalOption(NamedTuple):
@@ -57,6 +57,7 @@ class FeudalActor(eqx.Module):
     fixed_option: int = eqx.field(static=True)
     selector_period: int = eqx.field(static=True)  # ActorConfig.selector_period
     option_ends: bool = eqx.field(static=True)  # ActorConfig.option_ends
+    selector_input: str = eqx.field(static=True)  # ActorConfig.selector_input
 
     def __init__(
         self,
@@ -73,14 +74,15 @@ class FeudalActor(eqx.Module):
             raise TypeError(f"config must be an ActorConfig, got {type(config).__name__}")
         k_bb, k_skill, k_goal, k_exec = as_rng(key).spawn(4)
         self.backbone = LPACBackbone(k_bb, obs_space, config)
-        e = config.embed_dim
+        self.selector_input = config.selector_input
+        e = selector_features(obs_space, config)
         goal = None
         if config.goal_dim > 0:
             goal = GoalSelector(k_goal, e, config.goal_dim, config.selector_hidden)
         self.selector = Selector(
             SkillSelector(k_skill, e, num_skills, config.selector_hidden), goal
         )
-        self.executor = Executor(k_exec, e, num_skills, action_space, config,
+        self.executor = Executor(k_exec, config.embed_dim, num_skills, action_space, config,
                                  option_features(obs_space, num_skills))
         self.num_skills = num_skills
         self.goal_dim = config.goal_dim
@@ -102,9 +104,13 @@ class FeudalActor(eqx.Module):
         """Per-agent embedding h [N, E]."""
         return self.backbone(obs, adj)
 
+    def selector_in(self, obs: Any, adj: jax.Array) -> jax.Array:
+        """What the selector reads, [N, E'] (``ActorConfig.selector_input``)."""
+        return self._selector_in(self.embed(obs, adj), obs)
+
     def skill_logits(self, obs: Any, adj: jax.Array) -> jax.Array:
         """Selector logits [N, K]."""
-        return self.selector.skill(self.embed(obs, adj))
+        return self.selector.skill(self.selector_in(obs, adj))
 
     def initial_option(self, num_agents: int) -> Option:
         """Placeholder options (overwritten at ``t = 0``): zeros, or a zero
@@ -130,7 +136,7 @@ class FeudalActor(eqx.Module):
         the env's ``skill_done(state)``; ``None``: no goal is ever met) — the selector
         logits' argmax, or see ``ActorConfig.options``; ``key`` is needed for "uniform" —
         else ``prev``. Returns the type it was given."""
-        return self._select(self.embed(obs, adj), prev, t, key, done=done)
+        return self._select(self.selector_in(obs, adj), prev, t, key, done=done)
 
     def act(
         self,
@@ -166,7 +172,7 @@ class FeudalActor(eqx.Module):
         k_opt = None
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
-        option = self._select(h, prev, t, k_opt, explore, done)
+        option = self._select(self._selector_in(h, obs), prev, t, k_opt, explore, done)
         return option, self._act(key, h, option, deterministic, obs)
 
     def evaluate(
@@ -189,8 +195,15 @@ class FeudalActor(eqx.Module):
         option = jnp.asarray(option)
         return option, jnp.zeros((*option.shape, 0), jnp.float32)
 
-    def _select(self, h: jax.Array, prev: Option, t: jax.Array, key: jax.Array | None = None,
+    def _selector_in(self, h: jax.Array, obs: Any) -> jax.Array:
+        if self.selector_input == "embedding":
+            return h
+        own = as_obs_dict(obs)[SELECTOR_OBS].astype(h.dtype)
+        return own if self.selector_input == "own" else jnp.concatenate([h, own], axis=-1)
+
+    def _select(self, z: jax.Array, prev: Option, t: jax.Array, key: jax.Array | None = None,
                 explore: float = 0.0, done: jax.Array | None = None) -> Option:
+        """``z``: the selector's input (:meth:`_selector_in`)."""
         prev_skill, prev_goal = self._unpack(prev)
         decide = jnp.broadcast_to(jnp.asarray(t) % self.selector_period == 0,
                                   prev_skill.shape)
@@ -210,17 +223,17 @@ class FeudalActor(eqx.Module):
             if self.options == "uniform":
                 new_skill = uniform
             else:
-                learned = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
+                learned = jnp.argmax(self.selector.skill(z), axis=-1).astype(jnp.int32)
                 new_skill = jnp.where(jax.random.uniform(k_coin, shape) < explore, uniform,
                                       learned)
         else:
-            new_skill = jnp.argmax(self.selector.skill(h), axis=-1).astype(jnp.int32)
+            new_skill = jnp.argmax(self.selector.skill(z), axis=-1).astype(jnp.int32)
         skill = jnp.where(decide, new_skill, prev_skill.astype(jnp.int32))
         if not isinstance(prev, GoalOption):
             return skill
         goal = prev_goal
         if self.selector.goal is not None:
-            goal = jnp.where(decide[:, None], self.selector.goal(h), prev_goal)
+            goal = jnp.where(decide[:, None], self.selector.goal(z), prev_goal)
         return GoalOption(skill, goal.astype(jnp.float32))
 
     def _act(self, key: jax.Array, h: jax.Array, option: Option, deterministic: bool,
@@ -240,6 +253,25 @@ def option_features(obs_space: Any, num_skills: int) -> int:
         raise ValueError(f"observation entry {OPTION_OBS!r} must be [num_options, features] "
                          f"per agent, i.e. [{num_skills}, F]; got {list(shape)}")
     return int(shape[1])
+
+
+def selector_features(obs_space: Any, config: ActorConfig) -> int:
+    """Size of the selector's input: ``embed_dim``, ``S`` of the observation's
+    ``envs.base.SELECTOR_OBS`` (per agent ``[S]``) or their sum, as
+    ``config.selector_input`` says; an env without that entry is refused for "own" and
+    "both"."""
+    if config.selector_input == "embedding":
+        return config.embed_dim
+    shape = obs_shapes(obs_space).get(SELECTOR_OBS)
+    if shape is None:
+        raise ValueError(f"ActorConfig.selector_input={config.selector_input!r} reads the "
+                         f"observation entry {SELECTOR_OBS!r}, which this env does not have "
+                         "(e.g. RoverMERL-v0 with selector_info=True); use 'embedding'")
+    if len(shape) != 1:
+        raise ValueError(f"observation entry {SELECTOR_OBS!r} must be a vector per agent, "
+                         f"got per-agent shape {list(shape)}")
+    own = int(shape[0])
+    return own if config.selector_input == "own" else config.embed_dim + own
 
 
 def _option_obs(obs: Any) -> jax.Array | None:

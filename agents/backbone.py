@@ -9,8 +9,9 @@ Observation layout: a dict of per-agent arrays with the agent axis first (``{"ma
 [N, C, H, W], "vec": [N, D]}`` for the bundled envs), or one such array. Each entry gets
 its own encoder, chosen from its per-agent rank: rank 3 (channel-first image) or rank 2
 (single-channel image) -> CNN; rank 1 -> MLP. Encoder features are concatenated in
-sorted-key order. The entry ``envs.base.OPTION_OBS`` (per-option features) is skipped: it
-is the executor's input (:class:`agents.heads.Executor`), not perception.
+sorted-key order. The entries of ``envs.base.HEAD_INPUTS`` are skipped: ``OPTION_OBS``
+(per-option features) is the executor's input (:class:`agents.heads.Executor`),
+``SELECTOR_OBS`` the selector's, not perception.
 
 Cost of the graph filter (N agents, F features, K hops, dense adjacency): each layer
 computes ``A_norm^k X`` by K repeated products ``A_norm @ (.)``, never forming ``A^k``, so
@@ -31,7 +32,7 @@ import numpy as np
 
 from agents.config import ActorConfig
 from agents.layers import HIDDEN_GAIN, MLP, Conv2d, KeyLike, Linear, as_rng, orthogonal
-from envs.base import OPTION_OBS
+from envs.base import HEAD_INPUTS
 
 ARRAY_KEY = "obs"  # key used internally when the observation is a single array
 
@@ -165,7 +166,7 @@ class LPACBackbone(eqx.Module):
         feat = 0
         for name in sorted(shapes):
             shape = shapes[name]
-            if name == OPTION_OBS:  # the executor's input, not perception
+            if name in HEAD_INPUTS:  # a head's input, not perception
                 continue
             if len(shape) in (2, 3):
                 encoders[name] = CNNEncoder(rng, shape, config)
@@ -195,7 +196,7 @@ class LPACBackbone(eqx.Module):
 
     def perceive(self, obs: Any) -> jax.Array:
         """Per-agent encoder features, concatenated: [N, F0]."""
-        obs = {k: v for k, v in as_obs_dict(obs).items() if k != OPTION_OBS}
+        obs = {k: v for k, v in as_obs_dict(obs).items() if k not in HEAD_INPUTS}
         if set(obs) != set(self.encoders):
             raise ValueError(
                 f"observation keys {sorted(obs)} do not match the backbone's "

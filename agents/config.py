@@ -13,6 +13,7 @@ from envs.validate import check_bool, check_int, check_ints, check_number
 
 ACTIVATIONS = ("relu", "tanh")  # what ActorConfig.activation may name
 OPTION_MODES = ("learned", "uniform", "fixed")  # what ActorConfig.options may name
+SELECTOR_INPUTS = ("embedding", "own", "both")  # what ActorConfig.selector_input may name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,11 @@ class ActorConfig:
     embed_dim: int = 64  # size of the per-agent embedding h read by every head
     # --- selector (ES parameters; keep them small) ---
     selector_hidden: tuple[int, ...] = ()  # () = linear selector h -> K logits
+    # what the selector reads: "embedding" (h, the executor's embedding, which MAPPO
+    # reshapes every round), "own" (the env's ``envs.base.SELECTOR_OBS`` entry alone, an
+    # input no gradient moves) or "both" (their concatenation); "own"/"both" need an env
+    # whose observation has that entry
+    selector_input: str = "embedding"
     # how options are chosen at decision steps: "learned" (the SkillSelector's argmax),
     # "uniform" (uniformly at random: MAPPO-only's random-selector ablation) or "fixed"
     # (always option ``fixed_option``: the single-option ablation)
@@ -91,6 +97,9 @@ class ActorConfig:
         check_ints(f"{c}.executor_hidden", self.executor_hidden, 1, allow_empty=True)
         check_number(f"{c}.log_std_init", self.log_std_init)
         check_bool(f"{c}.squash", self.squash)
+        if self.selector_input not in SELECTOR_INPUTS:
+            raise ValueError(f"{c}.selector_input must be one of {SELECTOR_INPUTS}, got "
+                             f"{self.selector_input!r}")
         if self.options not in OPTION_MODES:
             raise ValueError(f"{c}.options must be one of {OPTION_MODES}, got {self.options!r}")
         check_int(f"{c}.fixed_option", self.fixed_option, 0)

@@ -15,6 +15,7 @@ Contract (what adapters, agents and trainers rely on):
   Optionally it also holds :data:`OPTION_OBS` (``[N, K, F]``): per agent and per option,
   the ``F`` features that option's executor needs (e.g. the offset to POI ``k`` for "go to
   POI k"); the executor reads the row of the option it holds, the backbone never sees it.
+  Likewise :data:`SELECTOR_OBS` (``[N, S]``): the selector's own input.
 - ``global_state(state) -> [G]`` float32, the centralized critic's input;
   ``global_state_at(state, obs)`` is the same given that state's observation (the
   rollout calls it, so an env whose global state is its observations need not recompute
@@ -46,6 +47,15 @@ Obs = dict[str, jax.Array]
 #: instead of having to pick option ``k``'s part out of a shared embedding, which a small
 #: MLP conditioned on a one-hot does poorly (a multiplicative selection).
 OPTION_OBS = "option_obs"
+
+#: The observation entry ``[N, S]`` of the selector's own features (e.g. the agent's id
+#: one-hot and the mission's progress): with ``ActorConfig.selector_input`` "own" or
+#: "both" the selector reads it, and the backbone never does, so MAPPO reshaping the
+#: executor's embedding cannot move the input ES evolved the selector on.
+SELECTOR_OBS = "selector_obs"
+
+#: Observation entries that are a head's input, not perception: the backbone skips them.
+HEAD_INPUTS = (OPTION_OBS, SELECTOR_OBS)
 
 
 class EnvOut(NamedTuple):

@@ -30,6 +30,7 @@ import numpy as np
 from envs import _swarm
 from envs.base import (
     OPTION_OBS,
+    SELECTOR_OBS,
     EnvOut,
     Obs,
     SwarmEnv,
@@ -149,7 +150,11 @@ class RoverMERL(SwarmEnv):
     / world_size and the observed flag (the executor holding option k reads row k; a
     steering rover needs the bearing relative to its heading, which the world-frame offsets
     and MERL's unbounded bearing accumulator give only through a periodic function). Without
-    ``option_info`` the observation is exactly MERL's ``{"vec": 75 values}``.
+    ``option_info`` the observation is exactly MERL's ``{"vec": 75 values}``. With
+    ``selector_info`` (off by default), ``obs[SELECTOR_OBS]`` ``[N, N + num_pois]`` is the
+    selector's own input: the rover's id one-hot and every POI's observed flag (who I am,
+    what is left), which no gradient update of the executor's embedding moves
+    (``ActorConfig.selector_input``).
 
     Coupling: POI ``k`` becomes observed, for good, at a step when at least ``coupling``
     rovers are within ``act_dist`` of it (inclusive) after they moved.
@@ -189,6 +194,7 @@ class RoverMERL(SwarmEnv):
     speed: float = eqx.field(static=True)
     comm_radius: float = eqx.field(static=True)
     option_info: bool = eqx.field(static=True)
+    selector_info: bool = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
     metric_better: ClassVar[dict[str, str]] = {"observed_frac": "higher"}
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
@@ -208,6 +214,7 @@ class RoverMERL(SwarmEnv):
         speed: float = 0.5,
         comm_radius: float | None = None,
         option_info: bool = True,
+        selector_info: bool = False,
     ):
         """MERL's names: ``num_poi``, ``ep_len`` (``max_steps``), ``dim_x`` (``world_size``,
         an int); ``obs_radius`` defaults to ``10 * world_size`` (MERL's), ``comm_radius``
@@ -236,6 +243,7 @@ class RoverMERL(SwarmEnv):
         self.comm_radius = check_positive_float(
             "comm_radius", self.obs_radius if comm_radius is None else comm_radius)
         self.option_info = check_bool("option_info", option_info)
+        self.selector_info = check_bool("selector_info", selector_info)
         self.skill_names = tuple(f"poi_{k}" for k in range(self.num_pois))
 
     # --- core ----------------------------------------------------------------------
@@ -317,7 +325,8 @@ class RoverMERL(SwarmEnv):
 
     def observe(self, state: RoverMERLState) -> Obs:
         """``{"vec": [N, 1 + 2 * sectors + 2 (+ 3 * num_pois)]}`` and, with ``option_info``,
-        ``OPTION_OBS`` ``[N, num_pois, 3]`` (see the class doc)."""
+        ``OPTION_OBS`` ``[N, num_pois, 3]``, with ``selector_info`` ``SELECTOR_OBS``
+        ``[N, N + num_pois]`` (see the class doc)."""
         n, pos = self.num_agents, state.pos
         rel_r = pos[None, :, :] - pos[:, None, :]  # [N, N, 2]: rover j seen from rover i
         rel_p = state.targets[None, :, :] - pos[:, None, :]  # [N, M, 2]
@@ -340,6 +349,10 @@ class RoverMERL(SwarmEnv):
             left = rel_p[..., 1] * cos - rel_p[..., 0] * sin
             obs[OPTION_OBS] = jnp.concatenate(
                 [jnp.stack([ahead, left], -1) / self.world_size, flag], -1)
+        if self.selector_info:
+            obs[SELECTOR_OBS] = jnp.concatenate(
+                [jnp.eye(n, dtype=jnp.float32),
+                 jnp.broadcast_to(state.found.astype(jnp.float32), (n, self.num_pois))], -1)
         obs["vec"] = jnp.concatenate(parts, axis=-1).astype(jnp.float32)
         return obs
 

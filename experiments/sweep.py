@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,17 @@ STUDIES: dict[str, Study] = {
     # the feudal variants. A quarter of the study's budget, two seeds (one per core).
     "rover_merl": Study(
         lambda _: rover_merl.base_config(8, 4), rover_merl.MAX_STEPS,
+        # the selector's own input (RoverMERL's selector_info: rover id one-hot and the
+        # POIs' observed flags), alone or beside the embedding: an input MAPPO cannot move
         probes=[
             ("ES sigma 0.1", {"es": {"sigma": 0.1}}),
             ("ES sigma 0.03", {"es": {"sigma": 0.03}}),
+            ("ES sigma 0.1, selector own input", {
+                "es": {"sigma": 0.1}, "env_kwargs": {"selector_info": True},
+                "actor": {"selector_input": "own"}}),
+            ("ES sigma 0.1, selector own input and embedding", {
+                "es": {"sigma": 0.1}, "env_kwargs": {"selector_info": True},
+                "actor": {"selector_input": "both"}}),
         ],
         extra=rover_merl.extra(), arms=rover_merl.ARMS, budget=500_000, seeds=(100, 101),
         feudal=rover_merl.FEUDAL),
@@ -133,7 +142,9 @@ def run(study: str, seeds: Sequence[int] | None = None, budget: int | None = Non
         run_root: Path = Path("runs/sweeps"), probes: Sequence[str] | None = None
         ) -> dict[str, Any]:
     """Run ``study``'s probes (all, or those named in ``probes``) at ``budget`` env steps
-    per run (default: the study's); write the report."""
+    per run (default: the study's); write the report. Named probes join the probes of the
+    report already there when it was run alike (same seeds, budget, validation episodes),
+    so the ranking spans both jobs; otherwise the report holds this job's probes alone."""
     spec, clock = STUDIES[study], Timer()
     budget = spec.budget if budget is None else budget
     seeds = spec.seeds if seeds is None else tuple(seeds)
@@ -162,17 +173,37 @@ def run(study: str, seeds: Sequence[int] | None = None, budget: int | None = Non
         results.append({"probe": name, "overrides": over, "env_steps": spent,
                         "arms": arms, "score": float(np.mean([a["mean"]
                                                               for a in arms.values()]))})
+    alike = {"study": study, "seeds": list(seeds), "env_steps_per_run": budget,
+             "eval_episodes": eval_episodes, "validation_seed": VALIDATION_SEED}
+    earlier = _earlier(out_dir / f"sweep-{study}.json", alike, [r["probe"] for r in results],
+                       [name for name, _ in spec.probes]) if probes is not None else []
+    results = [*earlier, *results]
     ranked = sorted(results, key=lambda r: -r["score"])
-    report = {"study": study, "seeds": list(seeds), "env_steps_per_run": budget,
-              "eval_episodes": eval_episodes, "validation_seed": VALIDATION_SEED,
+    report = {**alike,
               "score": "mean over arms of the validation team return (higher is better)",
               "probes": results, "best": ranked[0]["probe"],
               **({"method": max(spec.feudal, key=lambda a: ranked[0]["arms"][a]["mean"])}
                  if spec.feudal else {}),
               "wall_time_s": round(clock(), 1), "machine": machine_note()}
+    if earlier:
+        report["earlier_probes"] = [r["probe"] for r in earlier]
+        report["wall_time_s"] += json.loads(
+            (out_dir / f"sweep-{study}.json").read_text())["wall_time_s"]
     write_json(out_dir / f"sweep-{study}.json", report)
     (out_dir / f"sweep-{study}.md").write_text(markdown(report))
     return report
+
+
+def _earlier(path: Path, alike: dict, now: list[str], listed: list[str]) -> list[dict]:
+    """The probes of the report at ``path`` that this job did not rerun and the study
+    still lists, when that report was run alike (``alike``'s keys); else none."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if any(old.get(k) != v for k, v in alike.items()):
+        return []
+    return [r for r in old.get("probes", []) if r["probe"] not in now and r["probe"] in listed]
 
 
 def markdown(report: dict) -> str:
@@ -186,7 +217,9 @@ def markdown(report: dict) -> str:
              f"set. Best: **{report['best']}**"
              + (f"; the method: **{report['method']}**" if "method" in report else "")
              + f". Wall time "
-             f"{report['wall_time_s'] / 60:.1f} min.", "",
+             f"{report['wall_time_s'] / 60:.1f} min"
+             + (f" (two jobs; the earlier ran {', '.join(report['earlier_probes'])})"
+                if report.get("earlier_probes") else "") + ".", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in report["probes"]:
         cells = [fmt_ci(p["arms"][a]["mean"], p["arms"][a]["ci95"]) for a in arms]

@@ -37,7 +37,7 @@ def actor_executor(actor: FeudalActor, deterministic: bool = True) -> Executor:
     def executor(key: jax.Array, obs: Any, adj: jax.Array, skills: jax.Array) -> jax.Array:
         option: Any = jnp.asarray(skills, jnp.int32)
         if actor.goal_dim > 0:
-            option = GoalOption(option, actor.selector.goal(actor.embed(obs, adj)))
+            option = GoalOption(option, actor.selector.goal(actor.selector_in(obs, adj)))
         return actor.act(key, obs, adj, option, deterministic).env_action
 
     return executor

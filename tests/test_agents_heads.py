@@ -262,3 +262,55 @@ def test_executor_reads_the_row_of_the_option_it_holds():
         FeudalActor(jax.random.key(0), bad, act_space, k, small)
     with pytest.raises(ValueError, match="per-option features"):
         actor.executor.inputs(h, option, jnp.zeros((N, 0)))
+
+
+@pytest.mark.parametrize("mode", ["own", "both"])
+def test_selector_reads_its_own_input_and_the_backbone_does_not(mode):
+    """``ActorConfig.selector_input``: the selector's logits are its MLP of
+    ``SELECTOR_OBS`` ("own") or of ``[h, SELECTOR_OBS]`` ("both"), computed here by hand
+    from its weights; the backbone never sees the entry, so the executor's action does not
+    move with it; "own" does not move with the embedding. An env without the entry is
+    refused."""
+    from envs.base import SELECTOR_OBS
+
+    k, s = 3, 4
+    obs_space = spaces.Dict({"vec": spaces.Box(-1.0, 1.0, (3,), dtype=np.float32),
+                             SELECTOR_OBS: spaces.Box(0.0, 1.0, (s,), dtype=np.float32)})
+    act_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    cfg = ActorConfig(gnn_layers=1, gnn_features=8, embed_hidden=(), embed_dim=4,
+                      executor_hidden=(8,), vec_hidden=(), selector_input=mode)
+    actor = FeudalActor(jax.random.key(0), obs_space, act_space, k, cfg)
+    assert set(actor.backbone.encoders) == {"vec"}
+    rng = np.random.default_rng(3)
+    obs = {"vec": jnp.asarray(rng.standard_normal((N, 3)), jnp.float32),
+           SELECTOR_OBS: jnp.asarray(rng.standard_normal((N, s)), jnp.float32)}
+    adj = jnp.ones((N, N)) - jnp.eye(N)
+    h = np.asarray(actor.embed(obs, adj))
+    z = np.asarray(obs[SELECTOR_OBS]) if mode == "own" else np.concatenate(
+        [h, np.asarray(obs[SELECTOR_OBS])], -1)
+    (layer,) = actor.selector.skill.mlp.layers  # a linear selector
+    want = z @ np.asarray(layer.weight).T + np.asarray(layer.bias)
+    np.testing.assert_allclose(np.asarray(actor.skill_logits(obs, adj)), want, atol=1e-5)
+    prev, t = jnp.zeros((N,), jnp.int32), jnp.asarray(0)
+    np.testing.assert_array_equal(np.asarray(actor.select_option(obs, adj, prev, t)),
+                                  np.argmax(want, -1))
+    option, out = actor.step(jax.random.key(1), obs, adj, prev, t, deterministic=True)
+    np.testing.assert_array_equal(np.asarray(option), np.argmax(want, -1))
+    np.testing.assert_array_equal(  # step = select_option, then act on the same h
+        np.asarray(out.action),
+        np.asarray(actor.act(jax.random.key(1), obs, adj, option, True).action))
+    # the selector's entry moves neither h nor the action for a held option
+    moved = dict(obs, **{SELECTOR_OBS: obs[SELECTOR_OBS] + 3.0})
+    np.testing.assert_array_equal(np.asarray(actor.embed(moved, adj)), h)
+    np.testing.assert_array_equal(
+        np.asarray(actor.act(jax.random.key(2), moved, adj, option, True).action),
+        np.asarray(actor.act(jax.random.key(2), obs, adj, option, True).action))
+    if mode == "own":  # the embedding's input does not move the selector
+        other = dict(obs, vec=obs["vec"] + 1.0)
+        np.testing.assert_array_equal(np.asarray(actor.skill_logits(other, adj)),
+                                      np.asarray(actor.skill_logits(obs, adj)))
+    with pytest.raises(ValueError, match=f"'{SELECTOR_OBS}', which this env does not have"):
+        FeudalActor(jax.random.key(0), spaces.Dict({"vec": obs_space["vec"]}), act_space, k,
+                    cfg)
+    with pytest.raises(ValueError, match="selector_input must be one of"):
+        ActorConfig(selector_input="mine")

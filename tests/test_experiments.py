@@ -334,11 +334,24 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     md = (tmp_path / "sweep-rover.md").read_text()
     assert f"| {b} | 0.505 ± 0.064 |" in md
     assert json.loads((tmp_path / "sweep-rover.json").read_text())["best"] == b
+    # a later job of one probe joins the report run alike, and the ranking spans both
+    value[a] = 0.6
+    later = sweep.run("rover", seeds=(100, 101), budget=50_000, eval_episodes=4,
+                      out_dir=tmp_path, run_root=tmp_path / "runs", probes=[a])
+    assert [p["probe"] for p in later["probes"]] == [b, a] and later["best"] == a
+    assert later["probes"][0] == report["probes"][1] and later["earlier_probes"] == [b]
+    assert later["wall_time_s"] >= report["wall_time_s"]
+    assert "(two jobs; the earlier ran " + b in (tmp_path / "sweep-rover.md").read_text()
+    # ... but not a report of other seeds: it is replaced
+    other = sweep.run("rover", seeds=(102, 103), budget=50_000, eval_episodes=4,
+                      out_dir=tmp_path, run_root=tmp_path / "runs", probes=[a])
+    assert [p["probe"] for p in other["probes"]] == [a] and "earlier_probes" not in other
     with pytest.raises(ValueError, match="no probe"):
         sweep.run("rover", probes=["nope"], out_dir=tmp_path)
 
 
-@pytest.mark.parametrize("study", ["rover", "discovery", "dispersion", "coverage"])
+@pytest.mark.parametrize("study", ["rover", "discovery", "dispersion", "coverage",
+                                   "rover_merl"])
 def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
         study, tmp_path, monkeypatch):
     """Each listed probe, for every arm of its study, is a TrainerConfig that differs from

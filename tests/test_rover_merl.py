@@ -427,6 +427,18 @@ def test_option_obs_is_each_pois_offset_in_the_rovers_frame():
     np.testing.assert_allclose(got[1, 1, :2], [0.0, -0.25], atol=1e-6)
     bare = RoverMERL(num_agents=4, num_pois=2, coupling=3, max_steps=3, option_info=False)
     assert set(bare.observe(s)) == {"vec"} and set(bare.observation_space.spaces) == {"vec"}
+    # selector_info: the selector's own input, the id one-hot then every POI's flag
+    from envs.base import SELECTOR_OBS
+
+    sel = RoverMERL(num_agents=4, num_pois=2, coupling=3, max_steps=3, selector_info=True)
+    own = np.asarray(sel.observe(s)[SELECTOR_OBS])
+    np.testing.assert_array_equal(own, [[1, 0, 0, 0, 1, 0], [0, 1, 0, 0, 1, 0],
+                                        [0, 0, 1, 0, 1, 0], [0, 0, 0, 1, 1, 0]])
+    assert sel.observation_space[SELECTOR_OBS].shape == (6,)
+    assert SELECTOR_OBS not in ENV.observe(s)  # off by default
+    with pytest.raises(TypeError, match="selector_info"):
+        RoverMERL(selector_info="yes")
+
 
 def test_a_poi_first_observed_at_the_last_step_does_not_count():
     """MERL computes the global reward before the last step's status update."""
