@@ -5,6 +5,7 @@
 - :mod:`~feudal_es.evolution.state` — :class:`ESState`, :func:`init`, :func:`ask`;
 - :mod:`~feudal_es.evolution.ranks` — centered-rank fitness shaping;
 - :mod:`~feudal_es.evolution.nes` and :mod:`~feudal_es.evolution.cem` — the two updates;
+- :mod:`~feudal_es.evolution.ga` — MERL's genetic algorithm (``kind="ga"``);
 - :mod:`~feudal_es.evolution.evosax_kind` — evosax's strategies as kinds (``"evosax:..."``);
 - :mod:`~feudal_es.evolution.generation` — :func:`tell` and whole generations (batched,
   scanned, or with a fitness computed outside JAX).

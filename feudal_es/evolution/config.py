@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = ["KINDS", "OPTIMIZERS", "ESConfig"]
 
-KINDS = ("nes", "cem")
+KINDS = ("nes", "cem", "ga")
 EVOSAX = "evosax:"  # kind="evosax:CMA_ES" etc.: see feudal_es.evolution.evosax_kind
 OPTIMIZERS = ("sgd", "adam")
 
@@ -25,9 +25,15 @@ class ESConfig:
       sigma: Gaussian perturbation std (search radius around the mean θ).
       lr: NES learning rate (``kind='nes'`` only).
       kind: ``'nes'`` (OpenAI-ES, rank-shaped gradient estimate), ``'cem'`` (elite mean
-        and σ shrink), or an evosax strategy, ``'evosax:CMA_ES'``, ``'evosax:SNES'``, ...
-        (:mod:`feudal_es.evolution.evosax_kind`; ``sigma`` its initial step size).
-      elite_frac: fraction of the candidates kept as elites (``kind='cem'`` only), in (0, 1].
+        and σ shrink), ``'ga'`` (MERL's genetic algorithm: elites, tournament selection,
+        crossover, Gaussian mutation of std ``sigma``, the learner migrated in;
+        :mod:`feudal_es.evolution.ga`), or an evosax strategy, ``'evosax:CMA_ES'``,
+        ``'evosax:SNES'``, ... (:mod:`feudal_es.evolution.evosax_kind`; ``sigma`` its
+        initial step size).
+      elite_frac: fraction of the candidates kept as elites (``kind='cem'`` and ``'ga'``),
+        in (0, 1].
+      crossover_prob: ``kind='ga'``: the share of children that are a uniform crossover of
+        two tournament winners (the others mutate a copy of one), in [0, 1].
       weight_decay: L2 pull of θ toward 0 added to the NES step (``-lr·wd·θ``); 0 disables.
       optimizer: how the NES gradient estimate moves the mean: ``'sgd'`` is the plain
         reference step; ``'adam'`` uses ``optax.adam(lr)`` as in most ES practice (its
@@ -42,6 +48,7 @@ class ESConfig:
     elite_frac: float = 0.25
     weight_decay: float = 0.0
     optimizer: str = "sgd"
+    crossover_prob: float = 0.5
 
     def __post_init__(self) -> None:
         _check_int("pop_size", self.pop_size, minimum=2)
@@ -51,6 +58,10 @@ class ESConfig:
         _check_real("elite_frac", self.elite_frac, positive=True)
         if self.elite_frac > 1.0:
             raise ValueError(f"ESConfig.elite_frac must be in (0, 1], got {self.elite_frac}")
+        _check_real("crossover_prob", self.crossover_prob, positive=False)
+        if self.crossover_prob > 1.0:
+            raise ValueError(f"ESConfig.crossover_prob must be in [0, 1], got "
+                             f"{self.crossover_prob}")
         if isinstance(self.kind, str) and self.kind.startswith(EVOSAX):
             from feudal_es.evolution.evosax_kind import check_kind
 
@@ -75,7 +86,7 @@ class ESConfig:
 
     @property
     def num_elites(self) -> int:
-        """Elites kept by CEM: ``max(1, round(elite_frac * P))``."""
+        """Elites kept by CEM and the GA: ``max(1, round(elite_frac * P))``."""
         return max(1, round(self.elite_frac * self.num_candidates))
 
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from feudal_es.evolution import cem, evosax_kind, nes
+from feudal_es.evolution import cem, evosax_kind, ga, nes
 from feudal_es.evolution.config import ESConfig
 from feudal_es.evolution.state import ESState, ask
 
@@ -25,7 +25,7 @@ __all__ = ["FitnessFn", "ask_jit", "evolve", "generation", "host_generation", "h
            "make_generation", "per_member", "tell", "tell_jit"]
 
 FitnessFn = Callable[[jax.Array, jax.Array], jax.Array]
-_UPDATES = {"nes": nes.update, "cem": cem.update}
+_UPDATES = {"nes": nes.update, "cem": cem.update, "ga": ga.update}
 
 
 def tell(
@@ -37,12 +37,15 @@ def tell(
     is maximized. A generation that ranks nothing — every candidate tied, or every
     candidate non-finite (``info['num_invalid'] == P``) — returns the state unchanged but
     for the generation count: no step, no weight decay, no optimizer-moment update, no σ
-    change.
+    change. The GA (``kind='ga'``) is the exception for ties: a population of equals
+    still selects and mutates (only an all non-finite generation is skipped).
     """
     fitness = jnp.asarray(fitness, jnp.float32)
     valid = jnp.isfinite(fitness)
     ranked = jnp.where(valid, fitness, -jnp.inf)
     informative = jnp.max(ranked) > jnp.min(ranked)  # some candidate beats another
+    if cfg.kind == "ga":
+        informative = jnp.any(valid)
     info = {
         "best_fitness": jnp.max(ranked),
         "mean_fitness": jnp.sum(jnp.where(valid, fitness, 0.0)) / jnp.maximum(valid.sum(), 1),

@@ -18,8 +18,8 @@ class ESState(NamedTuple):
 
     mean: jax.Array  # [D] float32, the search distribution's centre θ
     sigma: jax.Array  # [] float32, current perturbation std (CEM shrinks it)
-    opt_state: optax.OptState  # state of the NES mean optimizer (empty for 'sgd'), or an
-    # evosax strategy's state (kind 'evosax:...')
+    opt_state: optax.OptState  # state of the NES mean optimizer (empty for 'sgd'), the
+    # GA's population (kind 'ga') or an evosax strategy's state (kind 'evosax:...')
     generation: jax.Array  # [] int32, generations told so far
 
 
@@ -40,6 +40,10 @@ def init(theta: jax.Array, cfg: ESConfig, sigma: float | None = None) -> ESState
         from feudal_es.evolution import evosax_kind
 
         opt_state = evosax_kind.init(mean, cfg)
+    elif cfg.kind == "ga":  # the evaluated population rides in opt_state (see ga)
+        from feudal_es.evolution import ga
+
+        opt_state = ga.init(mean, cfg)
     else:
         opt_state = mean_optimizer(cfg).init(mean)
     return ESState(
@@ -64,6 +68,10 @@ def ask(key: jax.Array, state: ESState, cfg: ESConfig, mask: jax.Array | None = 
         from feudal_es.evolution import evosax_kind
 
         return evosax_kind.ask(key, state, cfg, mask)
+    if cfg.kind == "ga":
+        from feudal_es.evolution import ga
+
+        return ga.ask(key, state, cfg, mask)
     half = cfg.num_candidates // 2
     eps = jax.random.normal(key, (half, state.mean.shape[0]), jnp.float32)
     if mask is not None:
