@@ -482,3 +482,48 @@ def test_rover_merl_method_is_the_one_its_sweep_chose():
         assert json.loads(recorded.read_text())["method"] == rover_merl.METHOD
     with pytest.raises(ValueError, match="start at 100"):
         sweep.run("rover_merl", seeds=(0, 1))
+
+
+def test_strategy_comparison_changes_only_the_kind_and_ranks_by_iqm(tmp_path, monkeypatch):
+    """Every strategy is Rover's MERL arm with ``es.kind`` alone changed, trained on the
+    same seeds (>= 100) and rounds and scored on the validation episodes; the ranking is
+    by IQM, best first."""
+    from experiments import rover, strategies
+
+    calls = []
+    level = {"nes": 0.5, "cem": 0.3, "CMA-ES": 0.6, "SNES": 0.2, "PGPE": 0.4, "GA": 0.1}
+
+    def fake_train_arm(config, seeds, rounds, max_steps, eval_episodes, run_dir, metric=None,
+                       arm="", eval_root=HELDOUT_SEED, resume=False):
+        calls.append(dict(config=config, seeds=tuple(seeds), rounds=rounds,
+                          eval_root=eval_root, arm=arm))
+        return [{"heldout_team_return": [level[arm] + 0.01 * i], "curve": {}}
+                for i in range(len(seeds))], None
+
+    def fake_summarize(per_seed):  # rliable's IQM is tested in test_aggregate
+        m = float(np.mean(per_seed))
+        return {"per_seed": list(per_seed), "mean": m, "ci95": 0.01, "n": len(per_seed),
+                "iqm": [m, m - 0.02, m + 0.02]}
+
+    monkeypatch.setattr(strategies, "train_arm", fake_train_arm)
+    monkeypatch.setattr(strategies, "summarize", fake_summarize)
+    report = strategies.run(out_dir=tmp_path, run_root=tmp_path / "runs")
+    merl = arm_config(rover.base_config(4), "merl")
+    assert [c["arm"] for c in calls] == list(strategies.STRATEGIES)
+    for c in calls:
+        assert c["seeds"] == strategies.SEEDS and c["eval_root"] == sweep_validation_seed()
+        assert c["rounds"] == calls[0]["rounds"]
+        assert c["config"] == merge(merl, {"es": {"kind": strategies.STRATEGIES[c["arm"]][
+            "kind"]}})
+    assert report["ranking_by_iqm"] == ["CMA-ES", "nes", "PGPE", "cem", "SNES", "GA"]
+    assert report["apart_from_the_best"] == {"nes": True, "PGPE": True, "cem": True,
+                                             "SNES": True, "GA": True}
+    assert "| CMA-ES | `evosax:CMA_ES` |" in (tmp_path / "strategies.md").read_text()
+    with pytest.raises(ValueError, match="start at 100"):
+        strategies.run(seeds=(0, 1), out_dir=tmp_path)
+
+
+def sweep_validation_seed() -> int:
+    from experiments.training import VALIDATION_SEED
+
+    return VALIDATION_SEED
