@@ -478,8 +478,12 @@ def test_rover_merl_method_is_the_one_its_sweep_chose():
     assert min(spec.seeds) >= 100 and spec.feudal == rover_merl.FEUDAL
     assert rover_merl.METHOD in rover_merl.FEUDAL
     recorded = RESULTS / "sweep-rover_merl.json"
-    if recorded.exists():  # the landed sweep named the method the study reports
-        assert json.loads(recorded.read_text())["method"] == rover_merl.METHOD
+    if recorded.exists():  # the landed sweep named the method and the setting reported
+        landed = json.loads(recorded.read_text())
+        assert landed["method"] == rover_merl.METHOD
+        best = next(p["overrides"] for p in landed["probes"] if p["probe"] == landed["best"])
+        base = rover_merl.base_config(8, 4)
+        assert merge(base, best) == base, "configs/rover_merl.json is not the sweep's best"
     with pytest.raises(ValueError, match="start at 100"):
         sweep.run("rover_merl", seeds=(0, 1))
 
