@@ -4,6 +4,7 @@ Subcommands:
   train   MERL training (ES selector + MAPPO executor) on a bundled or registered env
   eval    compare saved selectors on identical episodes (table or JSON)
   envs    list trainable env ids (bundled and PettingZoo-registered)
+  zoo     list the trained swarms shipped in zoo/ (eval / render zoo:NAME)
   render  write an episode GIF of a run or checkpoint
   demo    a CPU-sized training run on a bundled env (what `make demo` runs)
   pretrain imitate a reference policy (behaviour cloning + DAgger) before training

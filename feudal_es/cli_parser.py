@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from feudal_es.cli_tools import cmd_convert, cmd_envs, cmd_eval, cmd_pretrain, cmd_render
+from feudal_es.cli_tools import (
+    cmd_convert,
+    cmd_envs,
+    cmd_eval,
+    cmd_pretrain,
+    cmd_render,
+    cmd_zoo,
+)
 from feudal_es.cli_train import cmd_demo, cmd_train
 
 
@@ -101,9 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(rliable), and the env's metrics at the end of each "
                                     "episode.")
     ev.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text, nargs="+",
-                    help="a run directory (the executor of its newest checkpoint) or one "
-                         "checkpoint file (ckpt_*.safetensors, the executor it holds); "
-                         "several: each run with its final selector")
+                    help="a run directory (the executor of its newest checkpoint), one "
+                         "checkpoint file (ckpt_*.safetensors, the executor it holds) or a "
+                         "zoo entry (zoo:NAME); several: each run with its final selector")
     ev.add_argument("--selector", nargs="+", action="extend", metavar="SELECTOR", type=text,
                     help=f"selectors to compare: {selector_choices} (default: the run's "
                          "best_selector.safetensors and 'final')")
@@ -130,11 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--json", action="store_true")
     en.set_defaults(func=cmd_envs)
 
+    zo = sub.add_parser("zoo", parents=[common], help="list the trained swarms shipped in zoo/",
+                        description="List the zoo: trained swarms to evaluate or render with "
+                                    "no training (eval zoo:NAME, render zoo:NAME).")
+    zo.add_argument("--json", action="store_true")
+    zo.set_defaults(func=cmd_zoo)
+
     rd = sub.add_parser("render", parents=[common], help="episode GIF of a run",
                         description="Write a deterministic episode of a run's actor as a GIF.")
     rd.add_argument("run", metavar="RUN_OR_CHECKPOINT", type=text,
-                    help="a run directory (the actor of its newest checkpoint) or one "
-                         "checkpoint file (ckpt_*.safetensors)")
+                    help="a run directory (the actor of its newest checkpoint), one "
+                         "checkpoint file (ckpt_*.safetensors) or a zoo entry (zoo:NAME)")
     rd.add_argument("--out", required=True, type=text, help="GIF path")
     rd.add_argument("--selector", metavar="SELECTOR", type=text,
                     help=f"the selector to play: {selector_choices} (default: 'final')")

@@ -156,6 +156,27 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from feudal_es import zoo
+
+    found = zoo.entries()
+    if args.json:
+        print(json.dumps([{k: str(v) if k == "path" else v for k, v in e.items()}
+                          for e in found], indent=2))
+        return 0
+    if not found:
+        print(f"the zoo is empty ({zoo.ZOO} has no entries)")
+        return 0
+    print(f"trained swarms in {zoo.ZOO} (evaluate: feudal-es eval zoo:NAME; render: "
+          "feudal-es render zoo:NAME --out NAME.gif):")
+    for e in found:
+        s = e["score"]
+        print(f"  {zoo.PREFIX}{e['name']:<12} {e['env']}, {e['env_steps']:,} env steps; "
+              f"team fitness {s['mean']:.3f} over {s['episodes']} episodes (seed "
+              f"{s['seed']})\n      {e['description']}\n      trained by: {e['command']}")
+    return 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from feudal_es.atomic import check_writable
     from feudal_es.evaluate import load_trainer, selector_theta

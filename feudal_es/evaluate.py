@@ -50,8 +50,8 @@ log = logging.getLogger("feudal_es")
 
 def load_trainer(path: str | os.PathLike, env: str | None = None,
                  env_kwargs: dict[str, Any] | None = None) -> tuple[ESTrainer, Path]:
-    """A one-seed trainer holding a run's newest checkpoint (a run directory) or one
-    checkpoint file, and that checkpoint's path.
+    """A one-seed trainer holding a run's newest checkpoint (a run directory, or a zoo
+    entry) or one checkpoint file, and that checkpoint's path.
 
     ``env_kwargs``: overrides merged over the checkpoint's stored env kwargs (e.g.
     ``{"num_agents": 8, "world_size": 1.414}``: an actor trained with N robots evaluated
@@ -60,8 +60,11 @@ def load_trainer(path: str | os.PathLike, env: str | None = None,
     checkpoint's (their shapes depend on the number of agents; evaluation and rendering do
     not need them). A change that alters the actor's parameter shapes (e.g. ``map_size``
     or ``obs_mode``) is refused with a ValueError naming the leaf and the change. See
-    :func:`feudal_es.restore.from_checkpoint`."""
-    p = Path(path)
+    :func:`feudal_es.restore.from_checkpoint`. ``"zoo:<name>"`` names a zoo entry
+    (:mod:`feudal_es.zoo`)."""
+    from feudal_es import zoo
+
+    p = zoo.resolve(path) if zoo.is_zoo(path) else Path(path)
     if p.is_dir():
         manager = CheckpointManager(p)
         latest, legacy = manager.latest(), manager.legacy_error()
