@@ -58,7 +58,7 @@ def test_help_on_every_command(work):
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == {"train", "eval", "envs", "render", "demo", "pretrain",
-                                "convert"}
+                                "convert", "zoo"}
     for name, p in sub.choices.items():  # every command that resolves env ids
         assert ("--import" in p.format_help()) == (name != "convert"), name
     proc = cli("train", "--help", cwd=work)

@@ -44,8 +44,9 @@ def _options(command: str) -> set[str]:
 def test_eval_help_names_safetensors_the_positional_and_the_default_seed():
     text = _help("eval")
     assert ".npz" not in text and "best_selector.safetensors" in text
-    assert ("RUN_OR_CHECKPOINT a run directory (the executor of its newest checkpoint) or "
-            "one checkpoint file (ckpt_*.safetensors" in text)
+    assert ("RUN_OR_CHECKPOINT a run directory (the executor of its newest checkpoint), "
+            "one checkpoint file (ckpt_*.safetensors, the executor it holds) or a zoo entry "
+            "(zoo:NAME)" in text)
     assert "seed of the episodes (default: 12345)" in text
     assert "'final' (the current selector of the checkpoint" in text
     assert "seed of the episode (default: 0)" in _help("render")

@@ -136,6 +136,10 @@ PLAN: dict[str, Run | Skip] = {
     "--set init_from=runs/bc_actor.safetensors":
         Run(("--n-outer", "1", "--out", "runs/from-bc", *COVERAGE_SMALL), when="slow"),
     # Evaluating saved selectors (the run trained above)
+    # the zoo: shipped runs, nothing trained first
+    ".venv/bin/feudal-es zoo": Run(),
+    ".venv/bin/feudal-es render zoo:rover --out rover.gif": Run(),
+    ".venv/bin/feudal-es eval zoo:rover --selector final --episodes 64": Run(),
     ".venv/bin/feudal-es eval runs/rover": Run(),
     ".venv/bin/feudal-es eval runs/rover --selector runs/rover/best_selector.safetensors "
     "--episodes 32 --seed 7 --json": Run(),
