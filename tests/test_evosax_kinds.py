@@ -93,3 +93,53 @@ def test_every_offered_strategy_descends_the_sphere(name):
     state, _ = run(cfg, gens=60)
     assert float(jnp.sum(jnp.square(state.mean - TARGET))) < 0.5 * float(
         jnp.sum(jnp.square(TARGET)))
+
+
+def test_seeds_by_vmap_equal_seeds_one_by_one():
+    """Under ``vmap`` (the seeds of a run) evosax's ask and tell run one row at a time: the
+    batched program gives each seed what its own run gives (to float32 rounding: the
+    fitness and the loop around evosax are vectorized in one and not in the other)."""
+    cfg = ESConfig(pop_size=6, sigma=0.3, kind="evosax:CMA_ES")
+    starts = jnp.stack([jnp.zeros(4), jnp.ones(4), -jnp.ones(4)])
+    keys = [jax.random.split(jax.random.key(g), 3) for g in range(2)]  # [generation][seed]
+    step = jax.jit(jax.vmap(lambda k, s: generation(k, s, sphere, cfg)[0]))
+    batched = jax.vmap(lambda m: init(m, cfg))(starts)
+    for k in keys:
+        batched = step(k, batched)
+    one = jax.jit(lambda k, s: generation(k, s, sphere, cfg)[0])
+    for i in range(3):
+        state = init(starts[i], cfg)
+        for k in keys:
+            state = one(k[i], state)
+        mine = jax.tree.map(lambda x, i=i: x[i], batched)
+        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(mine), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(np.asarray(batched.mean[0]), 0.0)  # it moved
+
+
+def test_cma_es_seeds_split_over_as_many_cpu_devices_as_cores_finish(tmp_path):
+    """CMA-ES on 4 seeds over 2 CPU devices, through the CLI. Batched, its ``eigh`` is
+    jaxlib's LAPACK kernel splitting the batch over the intra-op pool and waiting; with
+    one such kernel on every pool thread (2 devices, 2 cores: CI's machine) the run waited
+    forever in round 0 (reproduced here before the fix; the fix runs it in ~40 s)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2"}
+    argv = [str(Path(sys.executable).parent / "feudal-es"), "train", "--config",
+            str(root / "configs" / "rover.json"), "--n-outer", "1", "--num-seeds", "4",
+            "--set", "es.kind=evosax:CMA_ES", "--set", "es.pop_size=4", "--set",
+            "episodes=2", "--set", "mappo.num_envs=4", "--set", "grad_steps_per_outer=1",
+            "--no-progress", "--out", str(tmp_path / "run")]
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("CMA-ES over 2 CPU devices did not finish one round in 300 s (the "
+                    "batched-eigh wait is back)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for seed in range(4):
+        assert (tmp_path / "run" / f"seed_{seed}" / "metrics.jsonl").read_text().count(
+            "\n") == 1

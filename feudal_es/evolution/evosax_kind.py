@@ -14,6 +14,13 @@ for the built-in kinds), ``opt_state`` holds the evosax state, ``sigma`` its mea
   strategy offered caches only functions of the state there (CMA-ES its eigen-
   decomposition), never the sampled noise, so recomputing it is exact.
 
+Under ``vmap`` (seeds, or the tests' batches) evosax's ``ask`` and ``tell`` run one row at
+a time (``jax.custom_batching.sequential_vmap``), not batched: a batched ``eigh`` (CMA-ES)
+is jaxlib's LAPACK kernel splitting its batch over the intra-op thread pool and waiting
+for it, and when every pool thread is itself such a kernel (one per CPU device, as many
+devices as cores: the seeds' default) nothing is left to run the pieces and the program
+waits forever. One row at a time costs nothing worth naming next to the rollouts.
+
 What each kind takes from :class:`ESConfig`: ``sigma`` is the initial step size
 (``std_init``, or OpenAI-ES's constant ``std``); ``lr`` and ``optimizer`` move the mean of
 ``Open_ES`` and ``ARS`` (the gradient strategies); the others keep evosax's own update
@@ -104,8 +111,13 @@ def ask(key: jax.Array, state: Any, cfg: Any, mask: jax.Array | None = None
     themselves)."""
     algo, params = _of(cfg, state.mean.shape[0])
     evo = state.opt_state.replace(mean=state.mean)
-    population, _ = algo.ask(key, evo, params)
-    population = population.astype(jnp.float32)
+    impl = jax.random.key_impl(key)
+
+    @jax.custom_batching.sequential_vmap
+    def one(raw: jax.Array, evo: Any, params: Any) -> jax.Array:
+        return algo.ask(jax.random.wrap_key_data(raw, impl=impl), evo, params)[0]
+
+    population = one(jax.random.key_data(key), evo, params).astype(jnp.float32)
     if mask is not None:
         population = jnp.where(jnp.asarray(mask) > 0, population, state.mean[None, :])
     return population, population
@@ -117,13 +129,19 @@ def update(state: Any, population: jax.Array, fitness: jax.Array, cfg: Any
     (maximized here; see the module doc for the negation and non-finite values)."""
     algo, params = _of(cfg, state.mean.shape[0])
     evo = state.opt_state.replace(mean=state.mean)
-    _, evo = algo.ask(jax.random.key(0), evo, params)  # the state its ask advanced
     valid = jnp.isfinite(fitness)
     loss = jnp.where(valid, -fitness, -jnp.inf)
     worst = jnp.max(jnp.where(valid, loss, -jnp.inf))
     loss = jnp.where(valid, loss, jnp.where(jnp.isfinite(worst), worst + 1.0, 0.0))
-    key = jax.random.fold_in(jax.random.key(1), state.generation)
-    evo, _ = algo.tell(key, population, loss, evo, params)
+
+    @jax.custom_batching.sequential_vmap
+    def tell(evo: Any, population: jax.Array, loss: jax.Array, generation: jax.Array,
+             params: Any) -> Any:
+        _, evo = algo.ask(jax.random.key(0), evo, params)  # the state its ask advanced
+        key = jax.random.fold_in(jax.random.key(1), generation)
+        return algo.tell(key, population, loss, evo, params)[0]
+
+    evo = tell(evo, population, loss, state.generation, params)
     evo = jax.tree.map(lambda new, old: jnp.asarray(new, old.dtype), evo, state.opt_state)
     mean = jnp.asarray(evo.mean, jnp.float32)
     return mean, step_size(evo, state.sigma), evo
