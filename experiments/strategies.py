@@ -18,6 +18,7 @@ Writes ``experiments/results/strategies.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,12 @@ def run(seeds: tuple[int, ...] = SEEDS, scale: float = 1.0, episodes: int = EPIS
                      "curves": [r["curve"] for r in rows]}
         print(f"[strategies] {name}: {out[name]['mean']:.3f} ± {out[name]['ci95']:.3f} "
               f"({out[name]['seconds']:.0f} s)", flush=True)
+    alike = {"env": base["env"], "env_kwargs": base.get("env_kwargs", {}),
+             "es": {k: v for k, v in base["es"].items() if k != "kind"},
+             "seeds": list(seeds), "env_steps_per_run": spent, "episodes": episodes,
+             "validation_seed": VALIDATION_SEED}
+    earlier = _earlier(out_dir / "strategies.json", alike, out)
+    out = {**earlier, **out}
     ranked = sorted(out, key=lambda n: -out[n].get("iqm", [out[n]["mean"]])[0])
     report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "env": base["env"],
               "env_kwargs": base.get("env_kwargs", {}), "mode": "merl",
@@ -81,9 +88,29 @@ def run(seeds: tuple[int, ...] = SEEDS, scale: float = 1.0, episodes: int = EPIS
               "validation_seed": VALIDATION_SEED, "strategies": out, "ranking_by_iqm": ranked,
               "apart_from_the_best": {n: _apart(out[ranked[0]], out[n]) for n in ranked[1:]},
               "wall_time_s": round(clock(), 1), "machine": machine_note()}
+    if earlier:
+        report["earlier"] = sorted(earlier)
     write_json(out_dir / "strategies.json", report)
     (out_dir / "strategies.md").write_text(markdown(report))
     return report
+
+
+def _earlier(path: Path, alike: dict, now: dict) -> dict[str, dict]:
+    """The strategies of the report at ``path`` that this job did not rerun and this
+    comparison still lists, when that report was run alike (the same env, shared ES
+    settings, seeds, budget and validation episodes); else none. So CMA-ES can join a
+    table whose other rows an earlier job measured, and the report says which."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    mine = {k: old.get(k) for k in alike}
+    if "es" in old:
+        mine["es"] = {k: v for k, v in old["es"].items() if k != "kind"}
+    if mine != alike:
+        return {}
+    return {n: r for n, r in old.get("strategies", {}).items()
+            if n not in now and n in STRATEGIES}
 
 
 def _apart(a: dict, b: dict) -> bool:
@@ -101,7 +128,10 @@ def markdown(report: dict) -> str:
              f"env steps per run, seeds {report['seeds'][0]}-{report['seeds'][-1]}, "
              f"{report['episodes']} validation episodes; ES settings shared "
              f"({', '.join(f'{k} {v}' for k, v in report['es'].items() if k != 'kind')}). "
-             f"Wall time {report['wall_time_s'] / 60:.1f} min.", "",
+             f"Wall time {report['wall_time_s'] / 60:.1f} min"
+             + (f" (this job; {', '.join(report['earlier'])} from an earlier job run "
+                f"alike, each with its own seconds in the JSON)" if report.get("earlier")
+                else "") + ".", "",
              "| strategy | kind | mean ± 95% CI | IQM [95% CI] | IQM apart from the best |",
              "|---|---|---|---|---|"]
     best = report["ranking_by_iqm"][0]

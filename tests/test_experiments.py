@@ -523,6 +523,19 @@ def test_strategy_comparison_changes_only_the_kind_and_ranks_by_iqm(tmp_path, mo
     assert report["apart_from_the_best"] == {"nes": True, "PGPE": True, "cem": True,
                                              "SNES": True, "GA": True}
     assert "| CMA-ES | `evosax:CMA_ES` |" in (tmp_path / "strategies.md").read_text()
+    # a later job of two strategies joins the earlier rows run alike, and says so
+    calls.clear()
+    level["SNES"] = 0.9
+    report = strategies.run(out_dir=tmp_path, run_root=tmp_path / "runs",
+                            names=("SNES", "GA"))
+    assert [c["arm"] for c in calls] == ["SNES", "GA"]
+    assert report["ranking_by_iqm"] == ["SNES", "CMA-ES", "nes", "PGPE", "cem", "GA"]
+    assert report["earlier"] == sorted(["CMA-ES", "nes", "PGPE", "cem"])
+    assert "from an earlier job" in (tmp_path / "strategies.md").read_text()
+    # ... but not rows of another setting (here: other seeds)
+    report = strategies.run(seeds=(100, 101), out_dir=tmp_path,
+                            run_root=tmp_path / "runs", names=("GA",))
+    assert list(report["strategies"]) == ["GA"] and "earlier" not in report
     with pytest.raises(ValueError, match="start at 100"):
         strategies.run(seeds=(0, 1), out_dir=tmp_path)
 
