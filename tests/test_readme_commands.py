@@ -12,7 +12,9 @@ its whitespace collapsed:
   it). ``when="default"`` runs in the default suite, in README order (the tiny rover run
   trained first is the one ``eval`` / ``render`` / ``--resume`` read), and again in a fresh
   copy of the checkout with a virtual environment made from nothing by ``make demo``
-  (``slow``); ``when="slow"`` runs in the project's venv under ``-m slow``; ``when="clean"``
+  (``slow``); ``when="slow"`` runs in the project's venv under ``-m slow``, in README order
+  among the default ones (so the slow part is the whole README; the default suite keeps the
+  first run and what proves it trains, resumes, evaluates and renders); ``when="clean"``
   only in the fresh copy (``make demo``, which would otherwise install into the
   project's venv).
 - :class:`Skip`: not run, for the reason given.
@@ -126,7 +128,7 @@ PLAN: dict[str, Run | Skip] = {
         Run(("--n-outer", "1", *ROVER_SMALL)),
     ".venv/bin/feudal-es train --env feudal_es/Coverage-v0 --n-outer 20 "
     "--set env_kwargs.num_agents=4 --set es.pop_size=8":
-        Run(("--n-outer", "1", "--out", "runs/coverage", *COVERAGE_SMALL)),
+        Run(("--n-outer", "1", "--out", "runs/coverage", *COVERAGE_SMALL), when="slow"),
     ".venv/bin/feudal-es train --resume runs/rover --n-outer 60":
         Run(("--n-outer", "2", "--no-progress")),
     ".venv/bin/feudal-es pretrain --config configs/coverage.json "
@@ -139,15 +141,15 @@ PLAN: dict[str, Run | Skip] = {
     # the zoo: shipped runs, nothing trained first
     ".venv/bin/feudal-es zoo": Run(),
     ".venv/bin/feudal-es render zoo:rover --out rover.gif": Run(),
-    ".venv/bin/feudal-es eval zoo:rover --selector final --episodes 64": Run(),
+    ".venv/bin/feudal-es eval zoo:rover --selector final --episodes 64": Run(when="slow"),
     ".venv/bin/feudal-es eval runs/rover": Run(),
     ".venv/bin/feudal-es eval runs/rover --selector runs/rover/best_selector.safetensors "
-    "--episodes 32 --seed 7 --json": Run(),
+    "--episodes 32 --seed 7 --json": Run(when="slow"),
     ".venv/bin/feudal-es eval runs/rover runs/rover-es --episodes 64 "
-    "--export marl-eval rover.marl.json": Run(setup=_second_rover_run),
+    "--export marl-eval rover.marl.json": Run(setup=_second_rover_run, when="slow"),
     ".venv/bin/feudal-es render runs/rover --out rover.gif": Run(),
     ".venv/bin/feudal-es render runs/rover --out rover-best.gif "
-    "--selector runs/rover/best_selector.safetensors": Run(),
+    "--selector runs/rover/best_selector.safetensors": Run(when="slow"),
     # JaxMARL envs
     ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_spread_v3 --mode mappo "
     "--config configs/mpe.json --n-outer 10":
@@ -352,8 +354,8 @@ def run_commands(when: set[str], work: Path, venv_bin: Path, timeout: float = 60
 @pytest.mark.skipif(not (VENV_BIN / "feudal-es").exists(),
                     reason="the feudal-es console script is not installed")
 def test_readme_commands_run(tmp_path):
-    """The default suite's part (~90 s on 2 cores): envs, a rover run of 1 round, its
-    resume, eval and render, and a tiny Coverage run."""
+    """The default suite's part: envs, a rover run of 1 round, its resume, eval and
+    render, and the zoo's list and render (the rest of the README runs under ``slow``)."""
     work = _scratch(tmp_path, ROOT)
     failures = run_commands({"default"}, work, VENV_BIN)
     assert not failures, "\n\n".join(failures)
@@ -361,12 +363,12 @@ def test_readme_commands_run(tmp_path):
     assert [json.loads(r)["round"] for r in rows] == [0, 1]  # trained, then resumed
 
 
-@pytest.mark.slow  # pretraining, JaxMARL, the multi-host snippet, Ray, two tiny studies
+@pytest.mark.slow  # the whole README: pretraining, JaxMARL, multi-host, Ray, tiny studies
 @pytest.mark.skipif(not (VENV_BIN / "feudal-es").exists(),
                     reason="the feudal-es console script is not installed")
 def test_readme_slow_commands_run(tmp_path):
     work = _scratch(tmp_path, ROOT)
-    failures = run_commands({"slow"}, work, VENV_BIN)
+    failures = run_commands({"default", "slow"}, work, VENV_BIN)
     assert not failures, "\n\n".join(failures)
 
 

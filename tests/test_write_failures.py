@@ -167,6 +167,8 @@ def test_resume_on_a_read_only_then_a_full_disk_each_advice_works(mount, work):
 
 
 # ---------------------------------------------------------------- a fresh run
+@pytest.mark.slow  # three CLI runs (~30 s); its advice lines are also checked in
+# process by test_advice_for_each_cause_and_what_is_kept, the disks by the resume test
 def test_fresh_run_on_a_read_only_then_a_full_disk_each_advice_works(mount, work):
     """A fresh run on a read-only filesystem says to start again in another directory
     (no "free space", no ``--resume``: nothing to resume); run there, on a disk that
@@ -226,6 +228,11 @@ def test_advice_for_each_cause_and_what_is_kept(tmp_path):
     assert run_failure(full, tmp_path / "fresh").endswith(
         "no checkpoint was written; free space, then start the run again with: the "
         "command that started it")
+    rofs = OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "fresh"))
+    assert run_failure(rofs, tmp_path / "fresh", ["train", "--config", "c.json", "--out",
+                                                  str(tmp_path / "fresh")]).endswith(
+        "no checkpoint was written; start the run again in another directory: feudal-es "
+        "train --config c.json --out NEW_DIR")  # a fresh run on a read-only disk
     # a run stopped by Ctrl-C goes on the same way: resumed only from a checkpoint
     argv = ["train", "--config", "c.json", "--out", str(tmp_path / "fresh")]
     assert next_step(tmp_path / "fresh", argv) == f"start the run again with: feudal-es " \
