@@ -35,6 +35,17 @@ def write_json(path: Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
+def read_if_alike(path: Path, alike: dict) -> dict | None:
+    """The report at ``path`` when it holds every key of ``alike`` with the same value (an
+    earlier job of the same comparison, whose rows a later job may keep); else None (no
+    file, not JSON, or run otherwise)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return old if all(old.get(k) == v for k, v in alike.items()) else None
+
+
 def write_csv(path: Path, rows: list[dict]) -> Path:
     """Rows of a per-seed table as CSV (columns: the union, in first-seen order)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ Writes ``experiments/results/strategies.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from experiments.arms import arm_config, equal_budget, merge
 from experiments.machine import Timer, machine_note
-from experiments.report import RESULTS, slug, write_json
+from experiments.report import RESULTS, read_if_alike, slug, write_json
 from experiments.stats import fmt_ci, fmt_iqm, summarize
 from experiments.training import VALIDATION_SEED, train_arm
 
@@ -75,10 +74,9 @@ def run(seeds: tuple[int, ...] = SEEDS, scale: float = 1.0, episodes: int = EPIS
         print(f"[strategies] {name}: {out[name]['mean']:.3f} ± {out[name]['ci95']:.3f} "
               f"({out[name]['seconds']:.0f} s)", flush=True)
     alike = {"env": base["env"], "env_kwargs": base.get("env_kwargs", {}),
-             "es": {k: v for k, v in base["es"].items() if k != "kind"},
              "seeds": list(seeds), "env_steps_per_run": spent, "episodes": episodes,
              "validation_seed": VALIDATION_SEED}
-    earlier = _earlier(out_dir / "strategies.json", alike, out)
+    earlier = _earlier(out_dir / "strategies.json", alike, base["es"], out)
     out = {**earlier, **out}
     ranked = sorted(out, key=lambda n: -out[n].get("iqm", [out[n]["mean"]])[0])
     report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "env": base["env"],
@@ -95,22 +93,21 @@ def run(seeds: tuple[int, ...] = SEEDS, scale: float = 1.0, episodes: int = EPIS
     return report
 
 
-def _earlier(path: Path, alike: dict, now: dict) -> dict[str, dict]:
+def _earlier(path: Path, alike: dict, es: dict, now: dict) -> dict[str, dict]:
     """The strategies of the report at ``path`` that this job did not rerun and this
-    comparison still lists, when that report was run alike (the same env, shared ES
-    settings, seeds, budget and validation episodes); else none. So CMA-ES can join a
+    comparison still lists, when that report was run alike (the same env, seeds, budget,
+    validation episodes and ES settings but the kind); else none. So CMA-ES can join a
     table whose other rows an earlier job measured, and the report says which."""
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    mine = {k: old.get(k) for k in alike}
-    if "es" in old:
-        mine["es"] = {k: v for k, v in old["es"].items() if k != "kind"}
-    if mine != alike:
+    old = read_if_alike(path, alike)
+    if old is None or _shared(old.get("es", {})) != _shared(es):
         return {}
     return {n: r for n, r in old.get("strategies", {}).items()
             if n not in now and n in STRATEGIES}
+
+
+def _shared(es: dict) -> dict:
+    """The ES settings every strategy shares (all but the kind)."""
+    return {k: v for k, v in es.items() if k != "kind"}
 
 
 def _apart(a: dict, b: dict) -> bool:
@@ -127,7 +124,7 @@ def markdown(report: dict) -> str:
              f"{report['env_kwargs'].get('coupling')}), MERL, {report['env_steps_per_run']:,} "
              f"env steps per run, seeds {report['seeds'][0]}-{report['seeds'][-1]}, "
              f"{report['episodes']} validation episodes; ES settings shared "
-             f"({', '.join(f'{k} {v}' for k, v in report['es'].items() if k != 'kind')}). "
+             f"({', '.join(f'{k} {v}' for k, v in _shared(report['es']).items())}). "
              f"Wall time {report['wall_time_s'] / 60:.1f} min"
              + (f" (this job; {', '.join(report['earlier'])} from an earlier job run "
                 f"alike, each with its own seconds in the JSON)" if report.get("earlier")

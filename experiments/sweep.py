@@ -28,7 +28,7 @@ import numpy as np
 from experiments import coverage, rover, rover_merl, swarm
 from experiments.arms import ABLATION_ARMS, arm_config, equal_budget, merge
 from experiments.machine import Timer, machine_note
-from experiments.report import RESULTS, slug, write_json
+from experiments.report import RESULTS, read_if_alike, slug, write_json
 from experiments.stats import fmt_ci, summarize
 from experiments.training import SWEEP_SEEDS, VALIDATION_SEED, train_arm
 
@@ -197,11 +197,8 @@ def run(study: str, seeds: Sequence[int] | None = None, budget: int | None = Non
 def _earlier(path: Path, alike: dict, now: list[str], listed: list[str]) -> list[dict]:
     """The probes of the report at ``path`` that this job did not rerun and the study
     still lists, when that report was run alike (``alike``'s keys); else none."""
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    if any(old.get(k) != v for k, v in alike.items()):
+    old = read_if_alike(path, alike)
+    if old is None:
         return []
     return [r for r in old.get("probes", []) if r["probe"] not in now and r["probe"] in listed]
 

@@ -121,16 +121,7 @@ def _cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "feudal_es.cli", *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=240,
-                          preexec_fn=_sigint_as_from_a_terminal)
-
-
-def _sigint_as_from_a_terminal() -> None:
-    """In the child, before exec: SIGINT at its default, as a shell starts a command. A
-    child inherits an ignored signal, and in a full parallel run this worker had come to
-    ignore SIGINT (seen: the child's ``signal.getsignal(SIGINT)`` was ``SIG_IGN``), so the
-    Ctrl-C case's signal went nowhere and the run finished with status 0."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                          capture_output=True, text=True, timeout=240)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +144,11 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(work) -> dict[str, Future]:
+    # the children start with SIGINT at its default, as a shell starts a command: a child
+    # inherits an ignored SIGINT (a handler is reset by exec, SIG_IGN is kept), and in a
+    # full parallel run this worker had come to ignore it (the Ctrl-C case's child saw
+    # SIG_IGN), so that case's signal went nowhere and its run ended with status 0
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     pool = ThreadPoolExecutor(max_workers=3)
     futures = {name: pool.submit(_cli, argv, work) for name, (argv, _, _) in CASES.items()}
     for script in SCRIPTS:  # run as a file, as its docstring says it may be
@@ -161,6 +157,7 @@ def runs(work) -> dict[str, Future]:
             capture_output=True, text=True, timeout=240)
     yield futures
     pool.shutdown(cancel_futures=True)
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("case", list(CASES))

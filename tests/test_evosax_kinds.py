@@ -5,6 +5,11 @@ clear errors for names that are not offered."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,11 +127,6 @@ def test_cma_es_seeds_split_over_as_many_cpu_devices_as_cores_finish(tmp_path):
     jaxlib's LAPACK kernel splitting the batch over the intra-op pool and waiting; with
     one such kernel on every pool thread (2 devices, 2 cores: CI's machine) the run waited
     forever in round 0 (reproduced here before the fix; the fix runs it in ~40 s)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2"}
     argv = [str(Path(sys.executable).parent / "feudal-es"), "train", "--config",
