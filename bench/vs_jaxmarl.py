@@ -122,13 +122,16 @@ def probe(name: str) -> dict[str, Any]:
 
 
 def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
-         grad_steps: int = 8, eval_root: int = 12345) -> dict[str, Any]:
+         grad_steps: int = 8, eval_root: int = 12345, data_parallel: int = 0
+         ) -> dict[str, Any]:
     """Train ``--mode mappo`` for ``steps`` env steps (rounded to whole rounds) with the
     given settings; sps excludes the first round (compilation). The trained policies are
-    then evaluated on 1024 episodes from ``key(eval_root)``."""
+    then evaluated on 1024 episodes from ``key(eval_root)``. ``data_parallel``: the
+    trainer's setting (0: one seed's step split over every device; 1: one device)."""
     import jax
     import numpy as np
 
+    from feudal_es import functions
     from feudal_es.config import TrainerConfig
     from feudal_es.rollout import make_population_rollouts
     from feudal_es.theta import selector_theta
@@ -142,10 +145,14 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
         env=f"jaxmarl/{ENV}", mode="mappo", n_outer=rounds, grad_steps_per_outer=grad_steps,
         episodes=2, seed=seeds[0], seeds=seeds if len(seeds) > 1 else (),
         mappo={**m, "anneal_updates": updates}, actor=settings["actor"],
-        critic=settings["critic"], checkpoint_every=10**6, plot_every=10**6, gif=False)
+        critic=settings["critic"], checkpoint_every=10**6, plot_every=10**6, gif=False,
+        data_parallel=data_parallel)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-jaxmarl-"))
     try:
         trainer = ESTrainer(cfg, run_dir / "run")  # every seed in one program
+        # devices one seed's MAPPO step is split over (many seeds: split over the seeds)
+        data = functions.data_devices(trainer.config, trainer.runtime.core) \
+            if len(seeds) == 1 else 1
         times = train_timed(trainer)
         compile_s, run_s, train_s = times["compile_s"], times["run_s"], times["round_s"]
         curves = np.array([[h["mappo/team_return"] for h in hist]
@@ -160,7 +167,7 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
         shutil.rmtree(run_dir, ignore_errors=True)
     timed = (rounds - 1) * per_round * len(seeds)
     return dict(algo="feudal_es_mappo", env=ENV, num_envs=m["num_envs"], seeds=len(seeds),
-                steps=rounds * per_round, compile_s=round(compile_s, 2),
+                data_devices=data, steps=rounds * per_round, compile_s=round(compile_s, 2),
                 train_s=round(train_s, 2), train_s_with_final_writes=round(run_s, 2),
                 sps=round(timed / train_s, 1),
                 first_return=round(float(AGENTS * curves[:, :k].mean()), 3),
@@ -200,7 +207,7 @@ def fastest(runs: list[dict[str, Any] | None]) -> dict[str, Any] | None:
 
 def line(r: dict[str, Any]) -> str:
     """One side in the anchor's format."""
-    keys = ("env", "num_envs", "seeds", "steps", "compile_s", "train_s", "sps",
+    keys = ("env", "num_envs", "seeds", "data_devices", "steps", "compile_s", "train_s", "sps",
             "sps_repeats", "first_return", "final_return", "eval_return_1024eps")
     value = lambda v: ",".join(map(str, v)) if isinstance(v, list) else v
     return " ".join([r["algo"], *(f"{k}={value(r[k])}" for k in keys if k in r)])
@@ -249,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_anchor:
             repeats.setdefault("jaxmarl_ippo_ff", []).append(anchor("ippo_ff", ippo_steps))
         repeats.setdefault("ours_ippo_settings", []).append(ours(IPPO, ippo_steps, (0,)))
+        repeats.setdefault("ours_ippo_settings_1_device", []).append(
+            ours(IPPO, ippo_steps, (0,), data_parallel=1))
         repeats.setdefault("ours_ippo_settings_2_seeds", []).append(
             ours(IPPO, ippo_steps, (0, 1)))
     rows = {name: fastest(runs) for name, runs in repeats.items()}

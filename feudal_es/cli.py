@@ -21,6 +21,7 @@ traceback, e.g. to debug an env); a bug in feudal-es shows its traceback (exit s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from feudal_es.cli_parser import build_parser
 
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         use_cpu_cores()  # before JAX runs anything: one CPU device per core
         args = build_parser().parse_args(argv)
         command = args.command
+        _join(args)
         prepare(getattr(args, "imports", None))
         return args.func(args)
     except SystemExit:
@@ -51,6 +53,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(err, KeyboardInterrupt) and argv is None:
             exit_now(status)
         return status
+
+
+def _join(args: Any) -> None:
+    """``--coordinator``: join a ``jax.distributed`` run before JAX runs anything."""
+    given = [getattr(args, k, None) is not None
+             for k in ("coordinator", "num_processes", "process_id")]
+    if not any(given):
+        return
+    if not all(given):
+        raise ValueError("several processes need --coordinator, --num-processes and "
+                         "--process-id together")
+    from feudal_es.distributed import initialize
+
+    initialize(args.coordinator, args.num_processes, args.process_id)
 
 
 if __name__ == "__main__":

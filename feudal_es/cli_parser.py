@@ -98,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN_DIR", type=text,
                        help="continue a run (its directory) from its newest checkpoint "
                             "(a checkpoint file is read by `feudal-es eval` / `render`)")
+    several = train.add_argument_group(
+        "several processes (jax.distributed; README: Scaling out)",
+        "run the same command in every process, each with its --process-id; process 0 "
+        "serves the coordinator and alone writes the run directory")
+    several.add_argument("--coordinator", metavar="HOST:PORT", type=text,
+                         help="process 0's address, e.g. 127.0.0.1:12355")
+    several.add_argument("--num-processes", type=at_least(1), metavar="N",
+                         help="processes in the run (with --coordinator)")
+    several.add_argument("--process-id", type=at_least(0), metavar="I",
+                         help="this process, 0 .. N-1 (with --coordinator)")
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", parents=[common], help="compare saved selectors or runs",

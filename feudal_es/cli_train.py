@@ -172,6 +172,7 @@ def _is_write_failure(err: OSError, run_dir: Path | None) -> bool:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from feudal_es.distributed import is_writer
     from feudal_es.rundir import check_new_run_dir
     from feudal_es.runlock import RunLock
     from feudal_es.trainer import ESTrainer
@@ -186,9 +187,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_resume_path(Path(args.resume))
     else:
         config = train_config(args)
-        if args.out:  # before any banner or compilation
+        if args.out and is_writer():  # before any banner or compilation
             check_new_run_dir(args.out)
-    run_dir = args.resume or args.out  # locked before anything is written into it
+    # locked before anything is written into it (by process 0 alone of jax.distributed's)
+    run_dir = (args.resume or args.out) if is_writer() else None
     advice = ("wait for it to end, then resume it" if args.resume
               else "wait for it to end or choose another --out")
     try:

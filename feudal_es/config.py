@@ -244,6 +244,12 @@ class TrainerConfig:
     # JAX envs: devices the ES population is sharded over (feudal_es.sharding); 0 = all
     # of jax.devices() (no sharding when there is one), 1 = never shard, n = the first n
     population_devices: int = 0
+    # JAX envs: devices one seed's MAPPO step runs on data-parallel (its env copies split
+    # over them, gradients averaged: feudal_es.mappo.parallel; the fused update only).
+    # 0 = automatic: as many as fit (they must divide mappo.num_envs, and minibatches each
+    # device's samples) of the devices the seeds leave (all of them for one seed), 1 = one
+    # device, n = exactly n
+    data_parallel: int = 0
     # JAX envs: ES members evaluated together per chunk (per device when sharded): the
     # population rollout is a lax.map(batch_size=...) over vmapped chunks, a remainder
     # chunk included. 0 = automatic: feudal_es.rollout.CPU_POPULATION_CHUNK on a CPU
@@ -292,6 +298,7 @@ class TrainerConfig:
                           ("num_skills", 1), ("checkpoint_every", 1),
                           ("keep_checkpoints", 1), ("plot_every", 1),
                           ("max_episode_steps", 1), ("population_devices", 0),
+                          ("data_parallel", 0),
                           ("population_chunk", 0), ("ray_workers", 0),
                           ("selector_stage_rounds", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)

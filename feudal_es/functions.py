@@ -36,7 +36,7 @@ __all__ = ["JaxFunctions", "SeedFunctions", "compile_key", "fused_update", "jax_
 
 # the config entries that shape the compiled programs (the networks are arguments)
 _SHAPING = ("env", "env_kwargs", "mappo", "es", "episodes", "deterministic_eval", "mode",
-            "selector_stage_rounds")
+            "selector_stage_rounds", "data_parallel")
 
 
 def fused_update(config: TrainerConfig, core: SwarmEnv) -> bool:
@@ -44,6 +44,23 @@ def fused_update(config: TrainerConfig, core: SwarmEnv) -> bool:
     (:func:`feudal_es.mappo.uses_fused_update` of the config's actor and the env's
     observations): decided here, once per setup."""
     return mappo.uses_fused_update(config.mappo, core.observation_space, config.actor)
+
+
+def data_devices(config: TrainerConfig, core: SwarmEnv, seed_devices: int = 1) -> int:
+    """How many devices one seed's MAPPO step runs on data-parallel
+    (:mod:`feudal_es.mappo.parallel`): those of ``jax.devices()`` that ``seed_devices``
+    (the devices a many-seed program splits its seeds over) leave per seed, as many as
+    fit ``config.mappo``, or exactly ``config.data_parallel``. Only the fused update runs
+    data-parallel: ``data_parallel > 1`` with the split update is a ``ValueError``."""
+    if not fused_update(config, core):
+        if config.data_parallel > 1:
+            raise ValueError(
+                f"data_parallel={config.data_parallel}: only the fused MAPPO update runs "
+                "data-parallel, and this actor's CNN uses the split one (set "
+                "mappo.update=fused, or data_parallel=0)")
+        return 1
+    return mappo.data_devices(config.mappo, len(jax.devices()) // seed_devices,
+                              config.data_parallel)
 
 
 def compile_key(config: TrainerConfig, core: SwarmEnv, **extra: Any) -> str:
@@ -97,7 +114,8 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     population sharded over :func:`~feudal_es.rollout.population_devices` (cached by
     :func:`compile_key`)."""
     devices = population_devices(config)
-    key = compile_key(config, core, devices=[d.id for d in devices])
+    data = data_devices(config, core)
+    key = compile_key(config, core, devices=[d.id for d in devices], data=data)
     if key in _CACHE:
         return _CACHE[key]
     mcfg, eps = config.mappo, config.episodes
@@ -137,7 +155,8 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
         record=lambda out: {"team_reward": out.team_reward, "metrics": out.metrics}))
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
                        mappo.make_train_step(core, mcfg, fused),
-                       mappo.make_guarded_train_step(core, mcfg, fused),
+                       mappo.make_guarded_train_step(core, mcfg, fused) if data == 1 else
+                       mappo.data_parallel_step(core, mcfg, jax.devices()[:data]),
                        eqx.filter_jit(rollouts), generation, fitness, gif)
     _CACHE[key] = fns
     return fns

@@ -19,7 +19,7 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from feudal_es import checkpoint
+from feudal_es import checkpoint, distributed
 from feudal_es.config import TrainerConfig
 from feudal_es.resolve import resolve_stored_env
 from feudal_es.rundir import seed_dirs
@@ -75,8 +75,9 @@ def _load(trainer: Any, index: int, path: Path, current: bool, newest: bool) -> 
     through the manager, which names an older one when it is damaged."""
     template, expect = trainer.checkpoint_tree(index), (trainer.checkpoint_expect(index)
                                                         if current else None)
-    rundir = trainer.recorders[index].rundir
-    tree, meta = (rundir.checkpoints.load_latest(template, expect, RENAMED) if newest
+    rundir = trainer.recorders[index].rundir  # (another process's scratch: read path)
+    tree, meta = (rundir.checkpoints.load_latest(template, expect, RENAMED)
+                  if newest and distributed.is_writer()
                   else checkpoint.load(path, template, expect, RENAMED))
     return trainer.restore(index, tree, meta)
 
@@ -98,6 +99,8 @@ def resume(cls: type, run_dir: str | os.PathLike, n_outer: int | None = None,
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"cannot resume {run_dir}: no such directory")
+    if not distributed.is_writer():  # reads process 0's run; writes only its own scratch
+        return _resume(cls, run_dir, n_outer, env, at_round)
     with RunLock(run_dir, advice="wait for it to end, then resume it"):
         return _resume(cls, run_dir, n_outer, env, at_round)
 

@@ -69,7 +69,7 @@ class JaxRuntime:
                              f"{type(core).__name__}'s options ({', '.join(core.skill_names)}"
                              ") have no goal (its skill_done is never true); leave "
                              "actor.option_ends false for this env")
-        self.device = jax.devices()[0]
+        self.device = jax.local_devices()[0]
         self.footprint = budget.jax_footprint(core, config)
         sizes = _sizes(config, core.observation_space, core.action_space,
                        len(core.skill_names), core.global_state_size, core.num_agents)
@@ -177,7 +177,7 @@ class HostRuntime:
         self.make = env.make
         probe = env.make()
         self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills)
-        self.device = jax.devices()[0]
+        self.device = jax.local_devices()[0]
         sizes = _sizes(config, spec.observation_space, spec.action_space, spec.num_skills,
                        spec.global_state_size, spec.num_agents)
         budget.check(budget.run_terms(config, budget.host_footprint(spec, config), sizes, 1,

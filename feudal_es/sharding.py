@@ -148,8 +148,9 @@ def to_local(tree: Any) -> Any:
 
 
 def committed(tree: Any) -> Any:
-    """``tree``'s arrays committed to the default device, as every jitted round returns
-    them: an uncommitted input (a fresh init, a loaded checkpoint) would make each jitted
-    function of the loop compile a second time once its inputs turn committed."""
+    """``tree``'s arrays committed to the default device (this process's first), as
+    every jitted round returns them: an uncommitted input (a fresh init, a loaded
+    checkpoint) would make each jitted function of the loop compile a second time once
+    its inputs turn committed."""
     arrays, rest = eqx.partition(tree, eqx.is_array)
-    return eqx.combine(jax.device_put(arrays, jax.devices()[0]), rest)
+    return eqx.combine(jax.device_put(arrays, jax.local_devices()[0]), rest)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import FeudalActor
-from feudal_es import es, mappo
+from feudal_es import distributed, es, mappo
 from feudal_es.atomic import atomic_write
 from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.functions import SeedFunctions, seed_functions
@@ -99,6 +99,8 @@ class ESTrainer:
         self.runtime = make_runtime(configs[0], self.env, len(self.seeds))
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(
             config.env, config.mode)
+        if not distributed.is_writer():  # jax.distributed: process 0 alone writes the run
+            self.run_dir = distributed.scratch_dir()
         self._keys = [root_keys(s) for s in self.seeds]
         states = [self._initial_state(k) for k in self._keys]
         actor = states[0].learner.actor
@@ -408,8 +410,9 @@ class ESTrainer:
     def checkpoint_tree(self, index: int = 0, state: RoundState | None = None
                         ) -> dict[str, Any]:
         """The state a checkpoint of seed ``index`` holds (also the template a load
-        fills)."""
-        state = self.seed_states()[index] if state is None else state
+        fills); under ``jax.distributed`` every process calls it at the same round (the
+        env copies split over the processes are gathered)."""
+        state = distributed.gather(self.seed_states()[index] if state is None else state)
         return {"train_state": state.learner, "es_state": state.es, "round": int(self.round),
                 "best_fitness": float(self.recorders[index].best_fitness)}
 

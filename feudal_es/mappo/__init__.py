@@ -21,7 +21,8 @@ Two ways to collect, one update:
 The pieces, one concept per module: :mod:`~feudal_es.mappo.config` (``MAPPOConfig``),
 :mod:`~feudal_es.mappo.state` (train state, batch, the non-finite guard),
 :mod:`~feudal_es.mappo.update` (GAE, the clipped-PPO update, fused or split) and
-:mod:`~feudal_es.mappo.collect` (JAX-path collection and train steps).
+:mod:`~feudal_es.mappo.collect` (JAX-path collection and train steps) and
+:mod:`~feudal_es.mappo.parallel` (one seed's step data-parallel over devices).
 """
 
 from feudal_es.mappo.collect import (
@@ -33,6 +34,12 @@ from feudal_es.mappo.collect import (
     make_train_step,
 )
 from feudal_es.mappo.config import UPDATE_MODES, MAPPOConfig
+from feudal_es.mappo.parallel import (
+    DATA_AXIS,
+    data_devices,
+    data_parallel_step,
+    place_train_state,
+)
 from feudal_es.mappo.state import (
     LOSS_KEYS,
     Batch,
@@ -60,9 +67,10 @@ from feudal_es.mappo.update import (
     uses_fused_update,
 )
 
-__all__ = ["FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Batch", "Learned",
-           "MAPPOConfig", "RolloutState", "TrainState", "ValueNorm", "all_finite", "collect",
-           "conv_macs", "fused_train_step", "gae", "guarded", "init_learner", "init_rollout",
-           "init_train_state", "keep_finite", "learned", "loss", "make_guarded_train_step",
-           "make_optimizers", "make_rollout", "make_train_step", "option_skills", "trainable",
-           "update", "update_fused", "uses_fused_update"]
+__all__ = ["DATA_AXIS", "FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Batch",
+           "Learned", "MAPPOConfig", "RolloutState", "TrainState", "ValueNorm", "all_finite",
+           "collect", "conv_macs", "data_devices", "data_parallel_step", "fused_train_step",
+           "gae", "guarded", "init_learner", "init_rollout", "init_train_state",
+           "keep_finite", "learned", "loss", "make_guarded_train_step", "make_optimizers",
+           "make_rollout", "make_train_step", "option_skills", "place_train_state",
+           "trainable", "update", "update_fused", "uses_fused_update"]

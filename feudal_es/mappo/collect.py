@@ -45,12 +45,29 @@ def agent_reward(kind: str, eo: Any, option: Any) -> jax.Array:
                      f"{kind!r}")
 
 
+def _env_keys(key: jax.Array, e: int, axis: str | None) -> jax.Array:
+    """One key per env copy: ``split(key, e)``; under a data-parallel ``axis`` (``e``
+    copies on each of its devices) this device's rows of ``split(key, e * devices)``, so
+    every copy draws what it would draw with all copies on one device."""
+    if axis is None:
+        return jax.random.split(key, e)
+    every = jax.random.split(key, e * jax.lax.axis_size(axis))
+    return jax.lax.dynamic_slice_in_dim(every, jax.lax.axis_index(axis) * e, e)
+
+
 def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
-            deterministic: bool = False) -> tuple[TrainState, Batch, dict]:
+            deterministic: bool = False, axis: str | None = None
+            ) -> tuple[TrainState, Batch, dict]:
     """Run ``num_steps`` steps of every env copy with the current actor (``lax.scan``
     over time, ``vmap`` over envs). Returns the advanced state, the batch and rollout
-    statistics (completed-episode returns, dense and team reward per step)."""
+    statistics (completed-episode returns, dense and team reward per step).
+
+    ``axis``: the mesh axis of a data-parallel step (:mod:`feudal_es.mappo.parallel`):
+    ``ts.rollout`` holds this device's share of the ``cfg.num_envs`` copies, the batch is
+    this device's, and the statistics and the env-step counter are the whole swarm's."""
     actor, critic = ts.actor, ts.critic
+    total = (lambda x: x) if axis is None else (lambda x: jax.lax.psum(x, axis))
+    mean = (lambda x: x) if axis is None else (lambda x: jax.lax.pmean(x, axis))
 
     def policy(key, obs, adj, option, t, state):
         return actor.step(key, obs, adj, option, t, deterministic, cfg.option_exploration,
@@ -63,10 +80,10 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         adj = jax.vmap(env.comm_graph)(ro.env_state)
         gstate = jax.vmap(critic.state)(jax.vmap(env.global_state_at)(ro.env_state, ro.obs),
                                         ro.ep_t)
-        option, out = jax.vmap(policy)(jax.random.split(k_act, e), ro.obs, adj, ro.option,
+        option, out = jax.vmap(policy)(_env_keys(k_act, e, axis), ro.obs, adj, ro.option,
                                        ro.ep_t, ro.env_state)
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
-            env, jax.random.split(k_env, e), ro.env_state, out.env_action)
+            env, _env_keys(k_env, e, axis), ro.env_state, out.env_action)
         reward = agent_reward(cfg.reward, eo, option)
         ep_return = ro.ep_return + eo.reward.mean(-1)
         ep_team = ro.ep_team_return + eo.team_reward
@@ -87,8 +104,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
                                      ro.ep_t)
     # the value of the state after the last step, under the skill the agents would hold
     last_adj = jax.vmap(env.comm_graph)(ro.env_state)
-    last_keys = jax.random.split(jax.random.fold_in(key_collect, cfg.num_steps),
-                                 ro.ep_t.shape[0])  # used by random options only
+    last_keys = _env_keys(jax.random.fold_in(key_collect, cfg.num_steps), ro.ep_t.shape[0],
+                          axis)  # used by random options only
     last_option = jax.vmap(lambda o, a, h, t, k, s: actor.select_option(
         o, a, h, t, k, actor.options_done(env, s)))(
         ro.obs, last_adj, ro.option, ro.ep_t, last_keys, ro.env_state)
@@ -106,26 +123,27 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         alive=jnp.ones(traj["reward"].shape, jnp.float32), last_value=last_value,
     )
     done = traj["done"].astype(jnp.float32)
-    episodes = done.sum()
+    episodes = total(done.sum())
     stats = {
         "episodes": episodes,
-        "episode_return": jnp.where(episodes > 0, (traj["finished_return"] * done).sum()
+        "episode_return": jnp.where(episodes > 0, total((traj["finished_return"] * done).sum())
                                     / jnp.maximum(episodes, 1.0), jnp.nan),
-        "team_return": jnp.where(episodes > 0, (traj["finished_team"] * done).sum()
+        "team_return": jnp.where(episodes > 0, total((traj["finished_team"] * done).sum())
                                  / jnp.maximum(episodes, 1.0), jnp.nan),
-        "env_reward": traj["env_reward"].mean(),
-        "team_reward": traj["team_reward"].mean(),
+        "env_reward": mean(traj["env_reward"].mean()),
+        "team_reward": mean(traj["team_reward"].mean()),
     }
     ts = ts._replace(rollout=ro, key=key, env_steps=ts.env_steps + cfg.batch_size)
     return ts, batch, stats
 
 
-def fused_train_step(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig
-                     ) -> tuple[TrainState, dict]:
+def fused_train_step(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
+                     axis: str | None = None) -> tuple[TrainState, dict]:
     """One train step as a pure function (collect, then :func:`update_fused`): what
-    :func:`make_train_step` jits when the update is fused; ``vmap`` it over seeds."""
-    ts, batch, rollout_stats = collect(env, ts, cfg)
-    ts, metrics = update_fused(ts, batch, cfg)
+    :func:`make_train_step` jits when the update is fused; ``vmap`` it over seeds.
+    ``axis``: the mesh axis of a data-parallel step (see :func:`collect`)."""
+    ts, batch, rollout_stats = collect(env, ts, cfg, axis=axis)
+    ts, metrics = update_fused(ts, batch, cfg, axis)
     return ts, {**metrics, **rollout_stats, "env_steps": ts.env_steps}
 
 

@@ -32,13 +32,16 @@ class ValueNorm(NamedTuple):
     def create(cls) -> ValueNorm:
         return cls(jnp.zeros(()), jnp.ones(()), jnp.zeros(()))
 
-    def update(self, x: jax.Array, mask: jax.Array) -> ValueNorm:
+    def update(self, x: jax.Array, mask: jax.Array, axis: str | None = None) -> ValueNorm:
         """Merge the masked values ``x`` (Chan et al.'s parallel algorithm): after any
-        sequence of updates, ``mean``/``var`` equal numpy's over all values seen."""
+        sequence of updates, ``mean``/``var`` equal numpy's over all values seen.
+        ``axis``: a mesh axis whose devices each hold a share of the values (their union
+        is merged, identically on every device)."""
+        total = (lambda v: v) if axis is None else (lambda v: jax.lax.psum(v, axis))
         mask = mask.astype(jnp.float32)
-        n = mask.sum()
-        batch_mean = (x * mask).sum() / jnp.maximum(n, 1.0)
-        batch_var = (((x - batch_mean) ** 2) * mask).sum() / jnp.maximum(n, 1.0)
+        n = total(mask.sum())
+        batch_mean = total((x * mask).sum()) / jnp.maximum(n, 1.0)
+        batch_var = total((((x - batch_mean) ** 2) * mask).sum()) / jnp.maximum(n, 1.0)
         total = self.count + n
         delta = batch_mean - self.mean
         mean = self.mean + delta * n / jnp.maximum(total, 1.0)

@@ -46,8 +46,12 @@ def gae(reward: jax.Array, value: jax.Array, done: jax.Array, last_value: jax.Ar
 # ---------------------------------------------------------------------------------------
 # the update (shared by the JAX and the host path)
 # ---------------------------------------------------------------------------------------
-def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+def _masked_mean(x: jax.Array, mask: jax.Array, axis: str | None = None) -> jax.Array:
+    """The mean of ``x`` where ``mask``; over every device of a data-parallel ``axis``."""
+    if axis is None:
+        return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    total = jax.lax.psum(jnp.stack([(x * mask).sum(), mask.sum()]), axis)
+    return total[0] / jnp.maximum(total[1], 1.0)
 
 
 def _value_loss(err: jax.Array, delta: float) -> jax.Array:
@@ -94,9 +98,12 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     return total, stats
 
 
-def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
+def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = None):
     """GAE, the value-norm update and advantage normalization; flat ``[T*E, ...]`` data,
-    one shuffle per epoch, and the rollout-side metrics."""
+    one shuffle per epoch, and the rollout-side metrics. Under a data-parallel ``axis``
+    the batch is this device's ``T x E/D`` share: the statistics (value norm, advantage
+    normalization, metrics) are the whole batch's, the shuffle this device's own."""
+    mm = lambda x, m: _masked_mean(x, m, axis)
     vn = ts.value_norm
     denorm = vn.denormalize if cfg.value_norm else (lambda v: v)
     value = denorm(batch.value)
@@ -104,15 +111,16 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
                              cfg.gamma, cfg.gae_lambda)
     alive = batch.alive.astype(jnp.float32)
     if cfg.value_norm:
-        vn = vn.update(returns, alive)
+        vn = vn.update(returns, alive, axis)
         target = vn.normalize(returns)
     else:
         target = returns
     if cfg.norm_advantages:
-        mean = _masked_mean(advantage, alive)
-        std = jnp.sqrt(_masked_mean((advantage - mean) ** 2, alive))
+        mean = mm(advantage, alive)
+        std = jnp.sqrt(mm((advantage - mean) ** 2, alive))
         advantage = (advantage - mean) / (std + 1e-8)
-    flat = lambda x: x.reshape((cfg.batch_size, *x.shape[2:]))
+    size = batch.reward.shape[0] * batch.reward.shape[1]  # T * E (this device's E)
+    flat = lambda x: x.reshape((size, *x.shape[2:]))
     data = {
         "obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
         "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
@@ -120,27 +128,34 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig):
     }
     data = jax.tree.map(flat, data)
     key, key_update = jax.random.split(ts.key)
-    perms = jax.vmap(lambda k: jax.random.permutation(k, cfg.batch_size))(
+    if axis is not None and jax.lax.axis_size(axis) > 1:  # each device its own shuffle
+        key_update = jax.random.fold_in(key_update, jax.lax.axis_index(axis))
+    perms = jax.vmap(lambda k: jax.random.permutation(k, size))(
         jax.random.split(key_update, cfg.epochs))
     residual = returns - value
     metrics = {
-        "explained_variance": 1.0 - _masked_mean(
-            (residual - _masked_mean(residual, alive)) ** 2, alive) / (
-            _masked_mean((returns - _masked_mean(returns, alive)) ** 2, alive) + 1e-8),
-        "value_mean": _masked_mean(value, alive),
-        "skill_reward": _masked_mean(batch.reward, alive),
+        "explained_variance": 1.0 - mm((residual - mm(residual, alive)) ** 2, alive) / (
+            mm((returns - mm(returns, alive)) ** 2, alive) + 1e-8),
+        "value_mean": mm(value, alive),
+        "skill_reward": mm(batch.reward, alive),
     }
     return ts._replace(value_norm=vn, key=key), data, perms, metrics
 
 
-def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig):
-    """One clipped-PPO gradient step on the samples ``idx`` of ``data``."""
+def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig,
+                    axis: str | None = None):
+    """One clipped-PPO gradient step on the samples ``idx`` of ``data``. Under a
+    data-parallel ``axis`` the gradients (and statistics) are averaged over its devices
+    first: the step on the union of every device's minibatch (of equal sizes and, as on
+    the JAX path, no dead agents), taken identically everywhere."""
     actor_tx, critic_tx = make_optimizers(cfg)
     actor_params, actor_rest = trainable(ts.actor)
     critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
     mb = jax.tree.map(lambda x: x[idx], data)
     grads, stats = jax.grad(loss, has_aux=True)(
         (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg)
+    if axis is not None:
+        grads, stats = jax.lax.pmean((grads, stats), axis)
     a_upd, a_opt = actor_tx.update(grads[0], ts.actor_opt_state, actor_params)
     c_upd, c_opt = critic_tx.update(grads[1], ts.critic_opt_state, critic_params)
     stats["grad_norm"] = optax.tree.norm(grads[0])
@@ -180,13 +195,16 @@ def update(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, 
     return ts._replace(update_step=ts.update_step + 1), metrics
 
 
-def update_fused(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, dict]:
+def update_fused(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = None
+                 ) -> tuple[TrainState, dict]:
     """:func:`update` with the epochs x minibatches loop as one ``lax.scan`` (pure;
-    call it under ``jit``): the same minibatches in the same order, one program."""
-    ts, data, perms, metrics = _prepare(ts, batch, cfg)
-    size = cfg.batch_size // cfg.minibatches
-    order = perms.reshape(cfg.epochs * cfg.minibatches, size)
-    ts, stats = jax.lax.scan(lambda ts, idx: _minibatch_step(ts, data, idx, cfg), ts, order)
+    call it under ``jit``): the same minibatches in the same order, one program.
+    ``axis``: the mesh axis of a data-parallel step (``batch`` is this device's share;
+    see :func:`_prepare` and :func:`_minibatch_step`)."""
+    ts, data, perms, metrics = _prepare(ts, batch, cfg, axis)
+    order = perms.reshape(cfg.epochs * cfg.minibatches, -1)
+    ts, stats = jax.lax.scan(lambda ts, idx: _minibatch_step(ts, data, idx, cfg, axis), ts,
+                             order)
     metrics.update({k: jnp.mean(v) for k, v in stats.items()})
     return ts._replace(update_step=ts.update_step + 1), metrics
 

@@ -1,0 +1,119 @@
+"""Data-parallel MAPPO for one seed: the env copies split over devices, the gradients
+averaged across them (Mava's "Anakin" pattern), one compiled program.
+
+With ``D`` devices each device collects ``num_envs / D`` of the copies and computes the
+update on its share of the batch; the value-norm and advantage statistics are the whole
+batch's (``psum``), each device shuffles its own samples into ``minibatches`` equal
+parts, and each minibatch step averages the gradients over the devices (``pmean``)
+before the optimizer, so every device takes the same step and the learner (actor,
+critic, optimizer state, value norm, key) stays replicated. The same hyper-parameters
+mean the same algorithm: a minibatch is the union of every device's part, a stratified
+shuffle of the same batch. The collection draws exactly what one device would (each
+copy's keys are its row of the one-device split, :func:`feudal_es.mappo.collect`); the
+update differs from one device's only in which samples share a minibatch.
+
+Only the fused update (one ``lax.scan``) runs data-parallel; the split update (a large
+CNN on XLA:CPU) stays on one device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from envs.base import SwarmEnv
+from feudal_es.distributed import place
+from feudal_es.mappo.collect import fused_train_step, guarded
+from feudal_es.mappo.config import MAPPOConfig
+from feudal_es.mappo.state import TrainState
+
+__all__ = ["DATA_AXIS", "data_devices", "data_parallel_step", "place_train_state"]
+
+DATA_AXIS = "data"
+
+
+def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0) -> int:
+    """How many devices one seed's MAPPO step runs on: ``requested`` (``0``: the most of
+    ``available`` that fit) devices ``D`` such that ``D`` divides ``num_envs`` and
+    ``minibatches`` divides each device's ``num_steps * num_envs / D`` samples. An explicit
+    ``requested`` that does not fit raises ``ValueError`` naming the reason."""
+    def fits(d: int) -> bool:
+        return cfg.num_envs % d == 0 and (cfg.batch_size // d) % cfg.minibatches == 0
+
+    if requested:
+        if requested > available:
+            raise ValueError(f"data_parallel={requested} devices, but only {available} are "
+                             "visible")
+        if not fits(requested):
+            raise ValueError(
+                f"data_parallel={requested} devices must divide mappo.num_envs "
+                f"({cfg.num_envs}), and mappo.minibatches ({cfg.minibatches}) each device's "
+                f"num_steps * num_envs / {requested} samples")
+        return requested
+    return max(d for d in range(1, available + 1) if fits(d))
+
+
+def _specs(ts: TrainState) -> TrainState:
+    """The partition spec of each leaf of ``ts``: the rollout's (env axis first) split
+    over :data:`DATA_AXIS`, everything else replicated."""
+    specs = jax.tree.map(lambda _: P(), ts._replace(rollout=None))
+    return specs._replace(rollout=jax.tree.map(lambda _: P(DATA_AXIS), ts.rollout))
+
+
+def place_train_state(ts: TrainState, mesh: Mesh) -> TrainState:
+    """``ts`` where the data-parallel step reads it: its rollout split over ``mesh``, the
+    rest replicated (arrays already there are not copied). Under ``jax.distributed`` each
+    process passes its identical copy (:func:`feudal_es.distributed.place`)."""
+    arrays, rest = eqx.partition(ts, eqx.is_array)
+    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), _specs(arrays),
+                             is_leaf=lambda x: isinstance(x, P))
+    return eqx.combine(jax.tree.map(place, arrays, shardings), rest)
+
+
+def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device]
+                       ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """``step(ts) -> (ts, metrics, skipped)``: :func:`feudal_es.mappo.fused_train_step`
+    guarded by :func:`feudal_es.mappo.keep_finite`, with the ``cfg.num_envs`` copies split
+    over ``devices`` (``data_devices`` of them must fit ``cfg``).
+
+    ``ts`` may live anywhere; the returned learner (actor, critic, optimizer and value
+    norm, key, counters) and ``metrics`` (the whole swarm's) are this process's copy on
+    its first device of the mesh, and the rollout stays split over the devices between
+    steps (under ``jax.distributed``, over the processes:
+    :func:`feudal_es.distributed.gather` assembles it)."""
+    devices = list(devices)
+    data_devices(cfg, len(devices), len(devices))  # a clear error when they do not fit
+    mesh = Mesh(np.array(devices), (DATA_AXIS,))
+
+    @eqx.filter_jit
+    def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        arrays, rest = eqx.partition(ts, eqx.is_array)
+        spec = _specs(arrays)
+
+        def local(arrays: TrainState) -> tuple[TrainState, dict, jax.Array]:
+            run = guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS))
+            after, metrics, skipped = run(eqx.combine(arrays, rest))
+            return eqx.filter(after, eqx.is_array), metrics, skipped
+
+        arrays, metrics, skipped = jax.shard_map(
+            local, mesh=mesh, in_specs=(spec,), out_specs=(spec, P(), P()),
+            check_vma=False)(arrays)
+        return eqx.combine(arrays, rest), metrics, skipped
+
+    def local(x: Any) -> Any:  # a replicated array's copy on this process's first device
+        return x.addressable_data(0) if isinstance(x, jax.Array) and x.is_fully_replicated \
+            and len(x.sharding.device_set) > 1 else x
+
+    def run(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        ts, metrics, skipped = step(place_train_state(ts, mesh))
+        learner = jax.tree.map(local, ts._replace(rollout=None))
+        return (learner._replace(rollout=ts.rollout), jax.tree.map(local, metrics),
+                local(skipped))
+
+    return run
