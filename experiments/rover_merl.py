@@ -19,6 +19,7 @@ at coupling 4 (``--variants v0``: the method, ``merl`` and ES-only on
 disjoint CIs, its curve past 0.5 within 300k env steps.
 
     python -m experiments.rover_merl [--scale 1.0] [--seeds 0 ... 9] [--variants 8x4 12x6 v0]
+        [--keep-earlier]
 """
 
 from __future__ import annotations
@@ -125,16 +126,20 @@ def goals(report: dict) -> list[dict]:
 def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESULTS,
         run_root: Path = Path("runs/experiments"), variants: tuple[str, ...] = ("8x4",),
         eval_episodes: int = EVAL_EPISODES, arms: tuple[str, ...] = ARMS,
-        resume: bool = False) -> dict[str, Any]:
+        resume: bool = False, keep_earlier: bool = False) -> dict[str, Any]:
     """Run the study; writes rover_merl.{json,csv,png,md} and the per-episode score
-    histogram rover_merl-scores.png under ``out_dir``."""
+    histogram rover_merl-scores.png under ``out_dir``. ``keep_earlier``: the variants not
+    run now stay in the report when the earlier rover_merl.json holds them run alike
+    (e.g. 8x4 from one job, 12x6 from the next: each is a job of hours)."""
     arms = tuple(arms)
     if not set(arms) <= set(ARMS):
         raise ValueError(f"arms must be among {ARMS}, got {arms}")
     vs = [_variant(k, arms) for k in variants]
+    keep = [_variant(k, arms) for k in (*VARIANTS, V0) if k not in variants] \
+        if keep_earlier else []
     report = compare_arms("rover_merl", vs, int(BUDGET * scale), seeds, eval_episodes,
                           metric="observed_frac", out_dir=out_dir, run_root=run_root,
-                          goals=goals, resume=resume, **LABELS)
+                          goals=goals, resume=resume, keep=keep, **LABELS)
     score_histogram(report, out_dir / "rover_merl-scores.png")
     return report
 
@@ -181,6 +186,9 @@ def score_histogram(report: dict, path: Path) -> Path:
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", nargs="+", default=["8x4"], choices=[*VARIANTS, V0])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    p.add_argument("--keep-earlier", action="store_true",
+                   help="keep the variants not run now from the earlier rover_merl.json "
+                        "when it ran them alike (same seeds, episodes, configs, budget)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,7 +29,7 @@ from experiments.arms import (
     steps_per_round,
 )
 from experiments.machine import Timer, machine_note
-from experiments.report import slug, write_report
+from experiments.report import read_if_alike, slug, write_report
 from experiments.stats import above, fmt_ci, summarize
 
 __all__ = ["HELDOUT_SEED", "SEEDS", "SWEEP_SEEDS", "VALIDATION_SEED", "Variant",
@@ -209,20 +209,51 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
             "references_per_episode": refs, "gifs": gifs, "runs": runs}
 
 
+def _json(x: Any) -> Any:
+    return json.loads(json.dumps(x))
+
+
+def kept_variants(path: Path, alike: dict[str, Any], variants: Sequence[Variant],
+                  budget: int) -> dict[str, dict[str, Any]]:
+    """The results of ``variants`` in the earlier report at ``path`` that this study would
+    reproduce: the report run alike (every key of ``alike``), and each variant with the
+    same base config, arms and their settings, env-step budget and rounds as now. Each
+    kept variant says which job measured it (``"earlier_job"``)."""
+    old = read_if_alike(path, alike) or {}
+    out = {}
+    for v in variants:
+        was = old.get("variants", {}).get(v.label)
+        spent, rounds = equal_budget(v.base, v.max_steps, budget, v.arms, v.extra)
+        now = {"config": v.base, "budget_env_steps": spent, "rounds": rounds,
+               "arm_overrides": {a: merge(ARMS[a], v.extra.get(a, {})) for a in v.arms}}
+        if was and all(was.get(k) == _json(x) for k, x in now.items()):
+            out[v.label] = {**was, "earlier_job": {
+                "wall_time_s": old.get("wall_time_s"), "machine": old.get("machine")}}
+    return out
+
+
 def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Sequence[int],
                  eval_episodes: int, metric: str, metric_label: str, fitness_label: str,
                  out_dir: Path, run_root: Path, goals: Callable[[dict], list[dict]],
-                 higher: bool = True, resume: bool = False) -> dict[str, Any]:
+                 higher: bool = True, resume: bool = False, keep: Sequence[Variant] = ()
+                 ) -> dict[str, Any]:
     """Run every variant; write ``<name>.json`` (raw per-seed results, configs, goals),
     ``<name>.csv``, ``<name>.png`` (curves with 95% bands, held-out bars) and
     ``<name>.md``. ``goals(report)`` -> ``[{"goal", "met", "numbers"}]``. ``resume``: an
     interrupted study keeps the arms it finished and continues the one it stopped in
-    (:func:`train_arm`; their rows say ``"resumed"``)."""
+    (:func:`train_arm`; their rows say ``"resumed"``). ``keep``: variants this job does
+    not run whose results the earlier ``<name>.json`` holds run alike
+    (:func:`kept_variants`) stay in the report, first, marked as the earlier job's."""
     clock = Timer()
     report: dict[str, Any] = {"study": name, "seeds": list(seeds),
                               "eval_episodes": eval_episodes, "heldout_seed": HELDOUT_SEED,
                               "metric": metric, "metric_higher_is_better": higher,
                               "resumed": resume, "variants": {}}
+    alike = {k: report[k] for k in ("study", "seeds", "eval_episodes", "heldout_seed",
+                                    "metric")}
+    report["variants"].update(kept_variants(out_dir / f"{name}.json", alike, keep, budget))
+    for label in report["variants"]:
+        print(f"[{name}] {label}: kept from the earlier job's {name}.json", flush=True)
     for v in variants:
         print(f"[{name}] {v.label}", flush=True)
         report["variants"][v.label] = run_variant(name, v, budget, seeds, eval_episodes,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import machine
-from experiments.arms import arm_config, equal_budget, merge, round_sizes, steps_per_round
+from experiments.arms import ARMS, arm_config, equal_budget, merge, round_sizes, steps_per_round
 from experiments.report import RESULTS, markdown, merge_reports, slug
 from experiments.stats import (
     above,
@@ -544,3 +544,37 @@ def sweep_validation_seed() -> int:
     from experiments.training import VALIDATION_SEED
 
     return VALIDATION_SEED
+
+
+def test_an_earlier_job_s_variant_is_kept_only_when_run_alike(tmp_path):
+    """``kept_variants``: 8x4 from an earlier rover_merl.json stays in a 12x6 job's report
+    when that job would train it exactly so (config, arms, budget, rounds, seeds); a changed
+    config, other seeds or another budget drop it."""
+    from experiments import rover_merl
+    from experiments.training import kept_variants
+
+    v84 = rover_merl._variant("8x4", rover_merl.ARMS)
+    budget = rover_merl.BUDGET
+    spent, rounds = equal_budget(v84.base, v84.max_steps, budget, v84.arms, v84.extra)
+    alike = {"study": "rover_merl", "seeds": [0, 1], "eval_episodes": 64,
+             "heldout_seed": 1, "metric": "observed_frac"}
+    variant = {"config": v84.base, "budget_env_steps": spent, "rounds": rounds,
+               "arm_overrides": {a: merge(ARMS[a], v84.extra.get(a, {})) for a in v84.arms},
+               "team_return": {"merl": {"mean": 0.6}}}
+    path = tmp_path / "rover_merl.json"
+
+    def kept(report, **over):
+        path.write_text(json.dumps(report))
+        return kept_variants(path, {**alike, **over}, [v84], budget)
+
+    earlier = {**alike, "wall_time_s": 5.0, "machine": {"cpu": "x"},
+               "variants": {v84.label: variant}}
+    got = kept(earlier)
+    assert list(got) == [v84.label]
+    assert got[v84.label]["team_return"] == variant["team_return"]
+    assert got[v84.label]["earlier_job"] == {"wall_time_s": 5.0, "machine": {"cpu": "x"}}
+    assert kept(earlier, seeds=[0, 1, 2]) == {}  # the earlier job ran other seeds
+    other = {**variant, "config": {**v84.base, "n_outer": 1}}
+    assert kept({**earlier, "variants": {v84.label: other}}) == {}
+    assert kept_variants(path, alike, [v84], budget // 2) == {}  # another budget
+    assert kept_variants(tmp_path / "none.json", alike, [v84], budget) == {}
