@@ -59,8 +59,13 @@ def data_devices(config: TrainerConfig, core: SwarmEnv, seed_devices: int = 1) -
                 "data-parallel, and this actor's CNN uses the split one (set "
                 "mappo.update=fused, or data_parallel=0)")
         return 1
-    return mappo.data_devices(config.mappo, len(jax.devices()) // seed_devices,
-                              config.data_parallel)
+    left = len(jax.devices()) // seed_devices
+    if config.data_parallel > left:
+        raise ValueError(f"data_parallel={config.data_parallel}: JAX sees "
+                         f"{len(jax.devices())} devices" + (
+                             f", {seed_devices} of them split the seeds, leaving {left} "
+                             "per seed" if seed_devices > 1 else ""))
+    return mappo.data_devices(config.mappo, left, config.data_parallel)
 
 
 def compile_key(config: TrainerConfig, core: SwarmEnv, **extra: Any) -> str:
@@ -184,9 +189,14 @@ def _seed_devices(num_seeds: int) -> int:
 
 def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> SeedFunctions:
     """The seed-batched functions for ``config`` (cached by :func:`compile_key`). The
-    train step is one sharded jit when the MAPPO update is fused; the split update (a
-    CNN actor) is vmapped piece by piece, on one device."""
-    key = compile_key(config, core, seeds=num_seeds)
+    train step is one sharded jit when the MAPPO update is fused (the seeds split over
+    the devices that divide them, each seed's env copies over the devices left per seed:
+    :func:`data_devices`); the split update (a CNN actor) is vmapped piece by piece, on
+    one device."""
+    fused = fused_update(config, core)
+    devices = _seed_devices(num_seeds) if fused else 1  # the split update: one device
+    data = data_devices(config, core, devices)
+    key = compile_key(config, core, seeds=num_seeds, data=data)
     if key in _CACHE:
         return _CACHE[key]
     mcfg, eps = config.mappo, config.episodes
@@ -202,8 +212,6 @@ def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> See
 
         return evolve(key, state, actor, fitness)
 
-    fused = fused_update(config, core)
-    devices = _seed_devices(num_seeds) if fused else 1  # the split update: one device
     mesh = (sharding.population_mesh(jax.devices()[:devices], axis=sharding.SEED_AXIS)
             if devices > 1 else None)
 
@@ -222,6 +230,10 @@ def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> See
         where = sharding.batch_sharding(mesh)
         place = lambda tree: jax.tree.map(
             lambda x: jax.device_put(x, where) if eqx.is_array(x) else x, tree)
+    if data > 1:  # seeds x devices: each seed's env copies split over `data` devices
+        home = place if mesh is not None else sharding.committed
+        guarded_step = mappo.data_parallel_seeds_step(
+            core, mcfg, jax.devices()[:devices * data], devices, home)
     fns = SeedFunctions(
         guarded_step=guarded_step,
         generation=batched(generation), returns=batched(rollouts),

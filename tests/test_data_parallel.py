@@ -12,7 +12,8 @@ same collectives, ``psum`` / ``pmean``, on a batch axis):
 A subprocess with two CPU devices runs the real ``shard_map`` (its device count is fixed
 when JAX starts): the step equals the ``vmap`` simulation, a one-device "data-parallel"
 step equals the plain step, and a one-seed trainer splits its env copies over both
-devices and resumes bit-exactly. Across programs XLA may reassociate floats: those
+devices and resumes bit-exactly; three seeds (which do not divide the two devices) each
+split over both devices equal each seed trained alone. Across programs XLA may reassociate floats: those
 comparisons have a stated tolerance; the resume is the same program (exact).
 """
 
@@ -44,7 +45,8 @@ def max_diff(a, b) -> float:
     la = jax.tree.leaves(eqx.filter(a, eqx.is_inexact_array))
     lb = jax.tree.leaves(eqx.filter(b, eqx.is_inexact_array))
     assert len(la) == len(lb) and la
-    return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(la, lb, strict=True))
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+               for x, y in zip(la, lb, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +173,13 @@ TWO_DEVICES = textwrap.dedent("""
         d.id for d in straight.state.learner.rollout.ep_t.devices())
     out["env_steps"] = int(straight.state.learner.env_steps)
     out["history_env_steps"] = [h["env_steps"] for h in straight.history]
+    # seeds x devices: 3 seeds (they do not divide 2 devices), each split over both
+    many = feudal_es.train(VEC.override({"seeds": [3, 5, 7], "n_outer": 2}),
+                           run_dir=d + "/many")
+    alone = feudal_es.train(cfg.override({"n_outer": 2, "seed": 5}), run_dir=d + "/five")
+    out["seeds_vs_alone"] = max_diff(many.seed_states()[1], alone.state)
+    out["seeds_moved"] = max_diff(many.seed_states()[1].learner.actor,
+                                  many.seed_states()[0].learner.actor)
     try:
         feudal_es.train(cfg.override({"n_outer": 1, "mappo.num_envs": 3,
                                       "data_parallel": 2}), run_dir=d + "/c")
@@ -195,3 +204,4 @@ def test_two_devices_split_one_seed():
     assert out["trainer_rollout_on"] == [0, 1]
     assert out["env_steps"] == 3 * 4 * 10  # rounds x num_envs x num_steps, all devices
     assert "must divide mappo.num_envs (3)" in out["error"]
+    assert out["seeds_vs_alone"] < TOL and out["seeds_moved"] > 1e-3

@@ -37,6 +37,7 @@ from feudal_es.mappo.config import UPDATE_MODES, MAPPOConfig
 from feudal_es.mappo.parallel import (
     DATA_AXIS,
     data_devices,
+    data_parallel_seeds_step,
     data_parallel_step,
     place_train_state,
 )
@@ -69,7 +70,8 @@ from feudal_es.mappo.update import (
 
 __all__ = ["DATA_AXIS", "FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Batch",
            "Learned", "MAPPOConfig", "RolloutState", "TrainState", "ValueNorm", "all_finite",
-           "collect", "conv_macs", "data_devices", "data_parallel_step", "fused_train_step",
+           "collect", "conv_macs", "data_devices", "data_parallel_seeds_step",
+           "data_parallel_step", "fused_train_step",
            "gae", "guarded", "init_learner", "init_rollout", "init_train_state",
            "keep_finite", "learned", "loss", "make_guarded_train_step", "make_optimizers",
            "make_rollout", "make_train_step", "option_skills", "place_train_state",

@@ -32,8 +32,10 @@ from feudal_es.distributed import place
 from feudal_es.mappo.collect import fused_train_step, guarded
 from feudal_es.mappo.config import MAPPOConfig
 from feudal_es.mappo.state import TrainState
+from feudal_es.sharding import SEED_AXIS
 
-__all__ = ["DATA_AXIS", "data_devices", "data_parallel_step", "place_train_state"]
+__all__ = ["DATA_AXIS", "data_devices", "data_parallel_seeds_step", "data_parallel_step",
+           "place_train_state"]
 
 DATA_AXIS = "data"
 
@@ -59,21 +61,55 @@ def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0) -> int:
     return max(d for d in range(1, available + 1) if fits(d))
 
 
-def _specs(ts: TrainState) -> TrainState:
+def _specs(ts: TrainState, seeds: bool = False) -> TrainState:
     """The partition spec of each leaf of ``ts``: the rollout's (env axis first) split
-    over :data:`DATA_AXIS`, everything else replicated."""
-    specs = jax.tree.map(lambda _: P(), ts._replace(rollout=None))
-    return specs._replace(rollout=jax.tree.map(lambda _: P(DATA_AXIS), ts.rollout))
+    over :data:`DATA_AXIS`, everything else replicated; ``seeds``: every leaf stacked
+    over seeds first, that axis split over ``SEED_AXIS``."""
+    lead = (SEED_AXIS,) if seeds else ()
+    specs = jax.tree.map(lambda _: P(*lead), ts._replace(rollout=None))
+    return specs._replace(rollout=jax.tree.map(lambda _: P(*lead, DATA_AXIS), ts.rollout))
 
 
 def place_train_state(ts: TrainState, mesh: Mesh) -> TrainState:
-    """``ts`` where the data-parallel step reads it: its rollout split over ``mesh``, the
-    rest replicated (arrays already there are not copied). Under ``jax.distributed`` each
-    process passes its identical copy (:func:`feudal_es.distributed.place`)."""
+    """``ts`` where the data-parallel step reads it: its rollout split over ``mesh``'s
+    :data:`DATA_AXIS`, the rest replicated (a mesh with a ``SEED_AXIS`` too: ``ts`` is
+    stacked over seeds, split over that axis); arrays already there are not copied.
+    Under ``jax.distributed`` each process passes its identical copy
+    (:func:`feudal_es.distributed.place`)."""
     arrays, rest = eqx.partition(ts, eqx.is_array)
-    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), _specs(arrays),
+    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec),
+                             _specs(arrays, SEED_AXIS in mesh.axis_names),
                              is_leaf=lambda x: isinstance(x, P))
     return eqx.combine(jax.tree.map(place, arrays, shardings), rest)
+
+
+def _local(x: Any) -> Any:
+    """A replicated array's copy on this process's first device of its mesh."""
+    return x.addressable_data(0) if isinstance(x, jax.Array) and x.is_fully_replicated \
+        and len(x.sharding.device_set) > 1 else x
+
+
+def _sharded(step: Callable, mesh: Mesh, seeds: bool) -> Callable:
+    """``step(ts) -> (ts, metrics, skipped)`` (one seed's, pure) run under ``shard_map``
+    on ``mesh``: vmapped over the seed axis first when ``seeds``. One jitted program."""
+    out = P(SEED_AXIS) if seeds else P()
+
+    @eqx.filter_jit
+    def sharded(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        arrays, rest = eqx.partition(ts, eqx.is_array)
+        spec = _specs(arrays, seeds)
+
+        def local(arrays: TrainState) -> tuple[TrainState, dict, jax.Array]:
+            run = eqx.filter_vmap(step) if seeds else step
+            after, metrics, skipped = run(eqx.combine(arrays, rest))
+            return eqx.filter(after, eqx.is_array), metrics, skipped
+
+        arrays, metrics, skipped = jax.shard_map(
+            local, mesh=mesh, in_specs=(spec,), out_specs=(spec, out, out),
+            check_vma=False)(arrays)
+        return eqx.combine(arrays, rest), metrics, skipped
+
+    return sharded
 
 
 def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device]
@@ -90,30 +126,34 @@ def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.De
     devices = list(devices)
     data_devices(cfg, len(devices), len(devices))  # a clear error when they do not fit
     mesh = Mesh(np.array(devices), (DATA_AXIS,))
-
-    @eqx.filter_jit
-    def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
-        arrays, rest = eqx.partition(ts, eqx.is_array)
-        spec = _specs(arrays)
-
-        def local(arrays: TrainState) -> tuple[TrainState, dict, jax.Array]:
-            run = guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS))
-            after, metrics, skipped = run(eqx.combine(arrays, rest))
-            return eqx.filter(after, eqx.is_array), metrics, skipped
-
-        arrays, metrics, skipped = jax.shard_map(
-            local, mesh=mesh, in_specs=(spec,), out_specs=(spec, P(), P()),
-            check_vma=False)(arrays)
-        return eqx.combine(arrays, rest), metrics, skipped
-
-    def local(x: Any) -> Any:  # a replicated array's copy on this process's first device
-        return x.addressable_data(0) if isinstance(x, jax.Array) and x.is_fully_replicated \
-            and len(x.sharding.device_set) > 1 else x
+    step = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh, False)
 
     def run(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
         ts, metrics, skipped = step(place_train_state(ts, mesh))
-        learner = jax.tree.map(local, ts._replace(rollout=None))
-        return (learner._replace(rollout=ts.rollout), jax.tree.map(local, metrics),
-                local(skipped))
+        learner = jax.tree.map(_local, ts._replace(rollout=None))
+        return (learner._replace(rollout=ts.rollout), jax.tree.map(_local, metrics),
+                _local(skipped))
+
+    return run
+
+
+def data_parallel_seeds_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device],
+                             seed_devices: int, home: Callable[[Any], Any]
+                             ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """:func:`data_parallel_step` for a train state stacked over seeds (every leaf's first
+    axis): a ``seed_devices x len(devices) / seed_devices`` mesh, the seeds split over its
+    first axis and each seed's env copies over its second, so many seeds compose with the
+    data-parallel step (seeds x devices). ``home(tree)`` puts a stacked tree where the
+    rest of the many-seed program keeps it (``SeedFunctions.place``); the step returns
+    everything there."""
+    devices = list(devices)
+    data = len(devices) // seed_devices
+    data_devices(cfg, data, data)
+    mesh = Mesh(np.array(devices).reshape(seed_devices, data), (SEED_AXIS, DATA_AXIS))
+    step = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh, True)
+
+    def run(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        ts, metrics, skipped = step(place_train_state(ts, mesh))
+        return home(jax.tree.map(_local, (ts, metrics, skipped)))
 
     return run
