@@ -85,6 +85,9 @@ class JaxFunctions:
     init_state: Callable  # jitted mappo.init_train_state (one compile, not ~150 eager ops)
     train_step: Callable  # mappo.make_train_step: ts -> (ts, metrics)
     guarded_step: Callable  # mappo.make_guarded_train_step: ts -> (ts, metrics, skipped)
+    # ts -> ts as the host reads it, after a round's steps (a data-parallel step keeps
+    # its state on the devices between steps: mappo.data_parallel_step); else the identity
+    settle: Callable
     rollouts: Callable  # jitted make_population_rollouts (unsharded, at the config's chunk)
     generation: Callable  # (key, es_state, actor) -> (es_state, info): one ES generation
     # fitness(thetas[P, D], actor, keys[E]) -> [P]: the population's team fitness exactly
@@ -101,6 +104,7 @@ class SeedFunctions:
     leading seed axis)."""
 
     guarded_step: Callable  # ts -> (ts, metrics, skipped): mappo.guarded's, batched
+    settle: Callable  # ts -> ts where the seeds live, after a round's steps (JaxFunctions)
     generation: Callable  # (key, es_state, actor) -> (es_state, info)
     returns: Callable  # (actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics)
     selector: Callable  # actor -> theta[D] (what ES evolves: config.es_params)
@@ -158,13 +162,18 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     gif = eqx.filter_jit(lambda actor, k: episode(
         core, actor, k, True, keep_states=True,
         record=lambda out: {"team_reward": out.team_reward, "metrics": out.metrics}))
+    guarded, settle = ((mappo.make_guarded_train_step(core, mcfg, fused), _same)
+                       if data == 1 else
+                       mappo.data_parallel_step(core, mcfg, jax.devices()[:data]))
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
-                       mappo.make_train_step(core, mcfg, fused),
-                       mappo.make_guarded_train_step(core, mcfg, fused) if data == 1 else
-                       mappo.data_parallel_step(core, mcfg, jax.devices()[:data]),
+                       mappo.make_train_step(core, mcfg, fused), guarded, settle,
                        eqx.filter_jit(rollouts), generation, fitness, gif)
     _CACHE[key] = fns
     return fns
+
+
+def _same(ts: Any) -> Any:
+    return ts
 
 
 def _evolve(config: TrainerConfig) -> Callable:
@@ -230,12 +239,13 @@ def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> See
         where = sharding.batch_sharding(mesh)
         place = lambda tree: jax.tree.map(
             lambda x: jax.device_put(x, where) if eqx.is_array(x) else x, tree)
+    settle = _same
     if data > 1:  # seeds x devices: each seed's env copies split over `data` devices
         home = place if mesh is not None else sharding.committed
-        guarded_step = mappo.data_parallel_seeds_step(
+        guarded_step, settle = mappo.data_parallel_seeds_step(
             core, mcfg, jax.devices()[:devices * data], devices, home)
     fns = SeedFunctions(
-        guarded_step=guarded_step,
+        guarded_step=guarded_step, settle=settle,
         generation=batched(generation), returns=batched(rollouts),
         selector=batched(lambda actor: es_theta(actor, params)),
         with_selector=batched(lambda ts, th: ts._replace(actor=set_es_theta(ts.actor, th,

@@ -70,6 +70,9 @@ class RoundFns:
       grad_steps: gradient steps per round.
       step: ``learner -> (learner, aux)``, one gradient step; ``None``: the gradient side
         is frozen (no steps).
+      settle: ``learner -> learner`` after the round's gradient steps, before anything
+        else reads the learner (a data-parallel step keeps it on its devices between
+        steps); ``None``: nothing to do.
       sync_in: ``(learner, theta) -> theta``: the learner's ES leaves, injected into the ES
         mean (MERL's "inject the learner").
       generation: ``(key, es_state, learner) -> (es_state, info)``: one ES generation on
@@ -87,13 +90,14 @@ class RoundFns:
     generation: Callable[[Any, ESState, Any], tuple[ESState, dict]] | None
     sync_out: Callable[[Any, jax.Array], Any]
     evaluate: Callable[[RoundState], Any] | None = None
+    settle: Callable[[Any], Any] | None = None
 
 
 def merl_round(fns: RoundFns, state: RoundState, key: Any) -> tuple[RoundState, RoundOut]:
     """One MERL round (Khadka et al. 2019), in this order:
 
     (a) ``fns.grad_steps`` gradient steps on the learner (dispatched back to back; their
-        outputs are fetched once, after the last);
+        outputs are fetched once, after the last; then ``settle``);
     (b) inject: the ES mean becomes the learner's ES leaves (``sync_in``);
     (c) one ES generation by team fitness from ``key`` (``generation``);
     (d) write back: the evolved mean goes into the learner (``sync_out``);
@@ -111,6 +115,8 @@ def merl_round(fns: RoundFns, state: RoundState, key: Any) -> tuple[RoundState, 
         for _ in range(fns.grad_steps):
             learner, aux = fns.step(learner)
             steps.append(aux)
+        if fns.settle is not None:
+            learner = fns.settle(learner)
         steps = jax.device_get(steps)
     t1 = time.perf_counter()
     info = None

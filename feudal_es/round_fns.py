@@ -37,7 +37,7 @@ def round_fns(config: TrainerConfig, runtime: Any, batched: SeedFunctions | None
     if batched is not None:
         b = batched
         keys = b.place(jnp.stack([jax.random.split(k, cfg.episodes) for k in eval_keys]))
-        guarded = b.guarded_step
+        guarded, settle = b.guarded_step, b.settle
         sync_out = b.with_mean_selector if migrates else b.with_selector
         sync_in = (lambda ts, theta: theta) if migrates else (
             lambda ts, theta: b.selector(ts.actor))
@@ -47,7 +47,7 @@ def round_fns(config: TrainerConfig, runtime: Any, batched: SeedFunctions | None
         evaluate = lambda s: b.returns(s.learner.actor, result(s)[:, None], keys)
     else:
         rt = runtime
-        guarded = rt.guarded_step
+        guarded, settle = rt.guarded_step, rt.settle
         sync_in = (lambda ts, theta: theta) if migrates else (
             lambda ts, theta: es_theta(ts.actor, params))
         sync_out = (lambda ts, theta: ts._replace(actor=with_mean_selector(ts.actor, theta))
@@ -66,6 +66,7 @@ def round_fns(config: TrainerConfig, runtime: Any, batched: SeedFunctions | None
 
     return RoundFns(num_candidates=cfg.es.num_candidates,
                     grad_steps=cfg.grad_steps_per_outer,
-                    step=step if cfg.trains_executor else None, sync_in=sync_in,
+                    step=step if cfg.trains_executor else None, settle=settle,
+                    sync_in=sync_in,
                     generation=generation if cfg.runs_es else None, sync_out=sync_out,
                     evaluate=evaluate)

@@ -138,8 +138,15 @@ TWO_DEVICES = textwrap.dedent("""
     critic = CentralCritic.from_env(jax.random.key(2), env, TINY_CRITIC)
     ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, CFG)
     plain, _, _ = mappo.make_guarded_train_step(env, CFG, True)(ts)
-    two, m2, _ = mappo.data_parallel_step(env, CFG, jax.devices())(ts)
-    one, _, _ = mappo.data_parallel_step(env, CFG, jax.devices()[:1])(ts)
+    step2, settle2 = mappo.data_parallel_step(env, CFG, jax.devices())
+    two, m2, _ = step2(ts)
+    two = settle2(step2(settle2(two))[0])  # a step from a settled state
+    two_again, _, _ = step2(step2(ts)[0])  # and without settling between
+    out["settle_between"] = max_diff(settle2(two_again), two)
+    two, m2, _ = step2(ts)
+    two = settle2(two)
+    step1, settle1 = mappo.data_parallel_step(env, CFG, jax.devices()[:1])
+    one = settle1(step1(ts)[0])
     out["rollout_vs_plain"] = max_diff(two.rollout, plain.rollout)
     out["one_device_vs_plain"] = max_diff(one, plain)
     out["learner_on"] = sorted({d.id for x in jax.tree.leaves(
@@ -200,6 +207,7 @@ def test_two_devices_split_one_seed():
     assert out["one_device_vs_plain"] < TOL
     assert out["vs_simulation"] < TOL and out["loss_vs_simulation"] < 1e-5
     assert out["learner_on"] == [0] and out["rollout_on"] == [0, 1]
+    assert out["settle_between"] == 0.0  # settling moves arrays, it computes nothing
     assert out["resume_exact"]
     assert out["trainer_rollout_on"] == [0, 1]
     assert out["env_steps"] == 3 * 4 * 10  # rounds x num_envs x num_steps, all devices

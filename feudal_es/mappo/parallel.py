@@ -112,48 +112,64 @@ def _sharded(step: Callable, mesh: Mesh, seeds: bool) -> Callable:
     return sharded
 
 
-def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device]
-                       ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
-    """``step(ts) -> (ts, metrics, skipped)``: :func:`feudal_es.mappo.fused_train_step`
-    guarded by :func:`feudal_es.mappo.keep_finite`, with the ``cfg.num_envs`` copies split
-    over ``devices`` (``data_devices`` of them must fit ``cfg``).
+Step = Callable[[TrainState], tuple[TrainState, dict, jax.Array]]
 
-    ``ts`` may live anywhere; the returned learner (actor, critic, optimizer and value
-    norm, key, counters) and ``metrics`` (the whole swarm's) are this process's copy on
-    its first device of the mesh, and the rollout stays split over the devices between
-    steps (under ``jax.distributed``, over the processes:
-    :func:`feudal_es.distributed.gather` assembles it)."""
+
+def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device]
+                       ) -> tuple[Step, Callable[[TrainState], TrainState]]:
+    """``(step, settle)``. ``step(ts) -> (ts, metrics, skipped)``:
+    :func:`feudal_es.mappo.fused_train_step` guarded by :func:`feudal_es.mappo.keep_finite`,
+    with the ``cfg.num_envs`` copies split over ``devices`` (``data_devices`` of them must
+    fit ``cfg``). ``settle(ts)``: ``ts`` as the host-side code reads it.
+
+    ``ts`` may live anywhere. Between steps it stays where the step keeps it (the learner
+    replicated over the devices, the rollout split): placing it costs a transfer per leaf,
+    so a round settles it once, after its steps, not after each. ``settle`` brings the
+    learner (actor, critic, optimizer and value norm, key, counters) to this process's
+    first device; the rollout stays split (under ``jax.distributed``, over the processes:
+    :func:`feudal_es.distributed.gather` assembles it). ``metrics`` are the whole swarm's
+    (this process's copy under ``jax.distributed``)."""
     devices = list(devices)
     data_devices(cfg, len(devices), len(devices))  # a clear error when they do not fit
     mesh = Mesh(np.array(devices), (DATA_AXIS,))
-    step = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh, False)
+    sharded = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh,
+                       False)
+    several = jax.process_count() > 1
 
-    def run(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
-        ts, metrics, skipped = step(place_train_state(ts, mesh))
+    def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        ts, metrics, skipped = sharded(place_train_state(ts, mesh))
+        if several:  # the host reads this process's copy
+            metrics, skipped = jax.tree.map(_local, (metrics, skipped))
+        return ts, metrics, skipped
+
+    def settle(ts: TrainState) -> TrainState:
         learner = jax.tree.map(_local, ts._replace(rollout=None))
-        return (learner._replace(rollout=ts.rollout), jax.tree.map(_local, metrics),
-                _local(skipped))
+        return learner._replace(rollout=ts.rollout)
 
-    return run
+    return step, settle
 
 
 def data_parallel_seeds_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device],
                              seed_devices: int, home: Callable[[Any], Any]
-                             ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+                             ) -> tuple[Step, Callable[[TrainState], TrainState]]:
     """:func:`data_parallel_step` for a train state stacked over seeds (every leaf's first
     axis): a ``seed_devices x len(devices) / seed_devices`` mesh, the seeds split over its
     first axis and each seed's env copies over its second, so many seeds compose with the
     data-parallel step (seeds x devices). ``home(tree)`` puts a stacked tree where the
-    rest of the many-seed program keeps it (``SeedFunctions.place``); the step returns
-    everything there."""
+    rest of the many-seed program keeps it (``SeedFunctions.place``): ``settle`` puts the
+    train state there (metrics come back there after every step)."""
     devices = list(devices)
     data = len(devices) // seed_devices
     data_devices(cfg, data, data)
     mesh = Mesh(np.array(devices).reshape(seed_devices, data), (SEED_AXIS, DATA_AXIS))
-    step = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh, True)
+    sharded = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh,
+                       True)
 
-    def run(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
-        ts, metrics, skipped = step(place_train_state(ts, mesh))
-        return home(jax.tree.map(_local, (ts, metrics, skipped)))
+    def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        ts, metrics, skipped = sharded(place_train_state(ts, mesh))
+        return ts, *home(jax.tree.map(_local, (metrics, skipped)))
 
-    return run
+    def settle(ts: TrainState) -> TrainState:
+        return home(jax.tree.map(_local, ts))
+
+    return step, settle

@@ -9,6 +9,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
@@ -154,8 +155,9 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     mb = jax.tree.map(lambda x: x[idx], data)
     grads, stats = jax.grad(loss, has_aux=True)(
         (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg)
-    if axis is not None:
-        grads, stats = jax.lax.pmean((grads, stats), axis)
+    if axis is not None:  # one all-reduce of one flat vector, not one per leaf
+        flat, unflatten = jax.flatten_util.ravel_pytree((grads, stats))
+        grads, stats = unflatten(jax.lax.pmean(flat, axis))
     a_upd, a_opt = actor_tx.update(grads[0], ts.actor_opt_state, actor_params)
     c_upd, c_opt = critic_tx.update(grads[1], ts.critic_opt_state, critic_params)
     stats["grad_norm"] = optax.tree.norm(grads[0])
