@@ -99,6 +99,11 @@ class JaxRuntime:
         ``(ts, metrics, skipped)``, one jitted program with the fused update."""
         return self.fns.guarded_step(ts)
 
+    def settle(self, ts: mappo.TrainState) -> mappo.TrainState:
+        """``ts`` as the host reads it, after a round's steps (a data-parallel step keeps
+        the learner on its devices between steps: ``mappo.data_parallel_step``)."""
+        return self.fns.settle(ts)
+
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Team returns ``[P, E]`` and final env metrics ``{name: [P, E]}`` of
@@ -235,6 +240,10 @@ class HostRuntime:
     def guarded_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict, jax.Array]:
         """:meth:`train_step` with a non-finite update undone: ``(ts, metrics, skipped)``."""
         return mappo.guarded(self.train_step, _keep_finite)(ts)
+
+    def settle(self, ts: mappo.TrainState) -> mappo.TrainState:
+        """``ts`` as is: the host path's learner never leaves this process's device."""
+        return ts
 
     def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
