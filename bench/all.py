@@ -266,6 +266,13 @@ def gym_vector_rows(doc: dict[str, Any]) -> list[Row]:
     return summary_rows(doc)
 
 
+def host_workers_rows(doc: dict[str, Any]) -> list[Row]:
+    """bench/host_workers.py: host-path MAPPO collection over worker processes."""
+    from bench.host_workers import summary_rows
+
+    return summary_rows(doc)
+
+
 def _repeat_spread(ours: list[float], peer: list[float] | None) -> str:
     """The repeats' ranges, as the cause of a speed ratio near 1 (empty without repeats)."""
     if len(ours) < 2 or not peer or len(peer) < 2:
@@ -368,6 +375,8 @@ PARTS: list[Part] = [
          lambda o: ["--num-envs", "256", "--steps", "5", "--repeats", "1"] * o.quick,
          gym_vector_rows,
          markdown=True),
+    Part("host_workers", "bench.host_workers", lambda o: ["--rounds", "1"] * o.quick,
+         host_workers_rows, markdown=True),
 ]
 
 

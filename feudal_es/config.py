@@ -263,6 +263,11 @@ class TrainerConfig:
     imports: tuple[str, ...] = ()
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
+    # host envs, modes with MAPPO: worker processes (Ray actors with backend "ray") that
+    # step MAPPO's env copies, each its share of mappo.num_envs (1..num_envs; shares differ
+    # by one at most), while this process keeps the batched policy (feudal_es.host_workers);
+    # the batch is the same as with 0 = every copy stepped in this process
+    host_workers: int = 0
     # settings left to the env's defaults (AUTO_SETTINGS the user did not give), filled
     # by observation kind when the run starts; auto=[] keeps every class default. Not
     # given: each setting not given to the constructor. Not in to_dict() or config.json
@@ -299,7 +304,7 @@ class TrainerConfig:
                           ("keep_checkpoints", 1), ("plot_every", 1),
                           ("max_episode_steps", 1), ("population_devices", 0),
                           ("data_parallel", 0),
-                          ("population_chunk", 0), ("ray_workers", 0),
+                          ("population_chunk", 0), ("ray_workers", 0), ("host_workers", 0),
                           ("selector_stage_rounds", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
@@ -329,6 +334,10 @@ class TrainerConfig:
         object.__setattr__(self, "auto", auto)
         for name in NESTED_CONFIGS:
             object.__setattr__(self, name, _nested(c, name, nested[name]))
+        if self.host_workers > self.mappo.num_envs:
+            raise ValueError(f"{c}.host_workers={self.host_workers} is more than the "
+                             f"{self.mappo.num_envs} env copies (mappo.num_envs) they share: "
+                             "each worker steps at least one copy (0 = no workers)")
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         try:
             json.dumps(self.env_kwargs)

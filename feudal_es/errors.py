@@ -34,7 +34,6 @@ import sysconfig
 import traceback
 from importlib import metadata, util
 from pathlib import Path
-from types import TracebackType
 from typing import NoReturn
 
 __all__ = ["EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_PIPE", "EXIT_USER", "exit_now", "report",
@@ -83,12 +82,24 @@ def _under(path: Path, dirs: list[Path]) -> bool:
     return any(path.is_relative_to(d) for d in dirs)
 
 
-def _user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
+def _frames(err: BaseException) -> list[traceback.FrameSummary]:
+    """The frames that raised ``err``, innermost last: its traceback's, or, for an
+    exception raised in a host worker process and raised again here
+    (:mod:`feudal_es.host_worker`: its ``__cause__`` carries the worker's ``frames``),
+    the worker's."""
+    remote = getattr(err.__cause__, "frames", None)
+    if isinstance(remote, list) and remote:
+        return [traceback.FrameSummary(f, n, name, lookup_line=False)
+                for f, n, name in remote]
+    return traceback.extract_tb(err.__traceback__)
+
+
+def _user_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
     """The frame that raised, if it is the user's code: the innermost frame that is
     neither an installed library's nor feudal-es's own, when no feudal-es frame lies
     between it and the raise (a library called by feudal-es is feudal-es's doing)."""
     ours, libraries = _package_dirs(), _library_dirs()
-    for frame in reversed(traceback.extract_tb(tb)):
+    for frame in reversed(frames):
         if frame.filename.startswith("<"):  # frozen importlib, exec'd code: a library's
             continue
         path = Path(frame.filename).resolve()
@@ -140,7 +151,7 @@ def _type_message(err: BaseException) -> str | None:
 def user_message(err: BaseException) -> str | None:
     """The one-line cause of ``err`` if it is the user's (see the module docstring), else
     None (a bug in feudal-es)."""
-    frame = _user_frame(err.__traceback__)
+    frame = _user_frame(_frames(err))
     message = _type_message(err)
     if frame is not None:
         where = f"{frame.filename}:{frame.lineno}, in {frame.name}"

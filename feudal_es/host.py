@@ -18,7 +18,9 @@ reward for every skill) and ``infos[agent]["team_reward"]`` (else the mean agent
 The code lives in three modules, re-exported here: :mod:`feudal_es.pettingzoo_host` (the
 env's spec, the checks of its outputs, time limits, the per-step conversions),
 :mod:`feudal_es.host_collect` (:func:`policy`, :func:`host_update`,
-:class:`HostCollector`) and :mod:`feudal_es.host_eval` (:class:`HostEvaluator`).
+:class:`HostCollector`) and :mod:`feudal_es.host_eval` (:class:`HostEvaluator`). The
+collector's env copies are stepped by :mod:`feudal_es.host_copies` in this process, or
+by worker processes (``TrainerConfig.host_workers``: :mod:`feudal_es.host_workers`).
 """
 
 from __future__ import annotations

@@ -3,18 +3,22 @@
 
 Per step, the observations of all copies are stacked into one array pytree (agents padded
 to ``possible_agents`` with an ``alive`` mask, as in MAPPO's death masking), sent to the
-device once, and one jitted call returns every copy's actions. The result is the same
-:class:`feudal_es.mappo.Batch` the pure-JAX path builds, so :func:`feudal_es.mappo.update`
-trains on it unchanged. Env outputs are checked and env calls bounded in time by
-:mod:`feudal_es.pettingzoo_host`; an episode that reaches ``max_episode_steps`` is cut
-(a truncation: the copy is reset) and that, like a non-finite env output, is reported
-once through :class:`~feudal_es.pettingzoo_host.EnvNotices`.
+device once, and one jitted call returns every copy's actions; the copies then step
+(:mod:`feudal_es.host_copies`: in this process, or spread over worker processes by
+:mod:`feudal_es.host_workers`), and copies whose episode ended are reset, the ``j``-th
+episode started with ``seed + j``. The result is the same :class:`feudal_es.mappo.Batch`
+the pure-JAX path builds, so :func:`feudal_es.mappo.update` trains on it unchanged. Env
+outputs are checked and env calls bounded in time by :mod:`feudal_es.pettingzoo_host`; an
+episode that reaches ``max_episode_steps`` is cut (a truncation: the copy is reset) and
+that, like a non-finite env output, is reported once through
+:class:`~feudal_es.pettingzoo_host.EnvNotices`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -22,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from feudal_es.host_copies import CopiesLost, CopiesRestarted, CopyGroup, CopyView, EnvCopies
 from feudal_es.mappo import (
     Batch,
     MAPPOConfig,
@@ -30,18 +35,9 @@ from feudal_es.mappo import (
     update,
     update_fused,
 )
-from feudal_es.pettingzoo_host import (
-    EnvNotices,
-    HostEnvSpec,
-    adjacency,
-    check_reset,
-    check_step,
-    deadline,
-    env_actions,
-    env_name,
-    stack_agents,
-    team_reward,
-)
+from feudal_es.pettingzoo_host import EnvNotices, HostEnvSpec
+
+log = logging.getLogger("feudal_es")
 
 
 @functools.cache
@@ -78,15 +74,19 @@ def host_update(cfg: MAPPOConfig, fused: bool) -> Callable:
 
 
 class HostCollector:
-    """Collects ``cfg.num_steps x len(envs)`` transitions from PettingZoo env copies.
+    """Collects ``cfg.num_steps x cfg.num_envs`` transitions from PettingZoo env copies.
 
     Args:
-      envs: the env copies (e.g. ``[pettingzoo.make("parallel", id) for _ in range(E)]``);
-        reused across calls and reset whenever an episode ends.
+      envs: the env copies (e.g. ``[pettingzoo.make("parallel", id) for _ in range(E)]``),
+        stepped in this process; or an :class:`~feudal_es.host_copies.EnvCopies` holding
+        them elsewhere (:class:`feudal_es.host_workers.WorkerPool`: worker processes,
+        built with the same ``step_timeout``, ``max_episode_steps`` and reward). Reused
+        across calls; a copy is reset whenever its episode ends.
       spec: their :class:`HostEnvSpec`.
-      cfg: the MAPPO config (``num_steps``, ``option_exploration``; ``num_envs`` must equal
-        ``len(envs)``).
-      seed: seeds the resets (the ``j``-th episode started gets ``seed + j``).
+      cfg: the MAPPO config (``num_steps``, ``option_exploration``, ``reward``;
+        ``num_envs`` must equal the number of copies).
+      seed: seeds the resets (the ``j``-th episode started gets ``seed + j``; copies whose
+        episodes end on the same step are reset in copy order).
       deterministic: take the executor's mode instead of sampling (evaluation, tests).
       step_timeout: seconds one ``reset``/``step`` call may take (0 = no limit); over it
         :class:`EnvTimeout` is raised (see :func:`deadline`).
@@ -94,83 +94,118 @@ class HostCollector:
         treated as a truncation (``done``) and the copy reset (0 = no limit); the first
         cut is reported through ``notices``.
       notices: where non-finite env outputs and cut episodes are reported, once each (the
-        run's, shared with its evaluator; default: the collector's own).
+        run's, shared with its evaluator; default: the pool's, or the collector's own).
+      max_redos: times one collection may be redone after a worker died (more: a
+        :class:`~feudal_es.host_copies.CopiesLost` error).
 
     Every ``reset``/``step`` result is checked (:func:`check_reset`, :func:`check_step`):
     a malformed one raises :class:`EnvOutputError` naming the agent and the problem.
+
+    When a worker holding copies dies, its pool replaces it and the collection in
+    progress is discarded: every copy (not only the dead worker's) starts a new episode
+    with the next reset seeds, the option state starts afresh, and the collection is
+    redone from its first step with the same policy keys (``ts`` is not advanced). The
+    steps the discarded attempt took are lost; the batch holds only the redone ones.
     """
 
-    def __init__(self, envs: Sequence[Any], spec: HostEnvSpec, cfg: MAPPOConfig, seed: int = 0,
-                 deterministic: bool = False, step_timeout: float = 0.0,
-                 max_episode_steps: int = 0, notices: EnvNotices | None = None):
-        if len(envs) != cfg.num_envs:
-            raise ValueError(f"got {len(envs)} env copies but MAPPOConfig.num_envs is "
+    def __init__(self, envs: Sequence[Any] | EnvCopies, spec: HostEnvSpec, cfg: MAPPOConfig,
+                 seed: int = 0, deterministic: bool = False, step_timeout: float = 0.0,
+                 max_episode_steps: int = 0, notices: EnvNotices | None = None,
+                 max_redos: int = 3):
+        if notices is None:  # a pool's workers report through its own
+            notices = getattr(envs, "notices", None) or EnvNotices()
+        self.notices = notices
+        self.step_timeout = float(step_timeout)
+        self.max_episode_steps = int(max_episode_steps)
+        if hasattr(envs, "step_copies"):
+            self.envs: list[Any] | None = None
+            self.copies: EnvCopies = envs
+        else:
+            self.envs = list(envs)
+            self.copies = CopyGroup(self.envs, spec, cfg.reward, 0, self.step_timeout,
+                                    self.max_episode_steps, self.notices)
+        e = self.copies.num_copies
+        if e != cfg.num_envs:
+            raise ValueError(f"got {e} env copies but MAPPOConfig.num_envs is "
                              f"{cfg.num_envs}")
-        self.envs = list(envs)
         self.spec = spec
         self.cfg = cfg
+        self.max_redos = int(max_redos)
         self._seed = seed
         self._episodes_started = 0
-        self._obs: list[dict] = []
-        self._ep_t = np.zeros(len(envs), np.int32)
-        self._ep_seed = np.zeros(len(envs), np.int64)  # each copy's episode's reset seed
-        self._ep_return = np.zeros(len(envs), np.float64)
-        self._ep_team = np.zeros(len(envs), np.float64)
+        self._collections = 0  # collections completed
+        self._views: list[CopyView | None] = [None] * e
+        self._ep_t = np.zeros(e, np.int32)
+        self._ep_seed = np.zeros(e, np.int64)  # each copy's episode's reset seed
+        self._ep_return = np.zeros(e, np.float64)
+        self._ep_team = np.zeros(e, np.float64)
         self._option: Any = None
         self._policy = policy(deterministic, cfg.option_exploration)
         self._bootstrap = policy(deterministic)
-        self.step_timeout = float(step_timeout)
-        self.max_episode_steps = int(max_episode_steps)
-        self.notices = notices if notices is not None else EnvNotices()
-        for i in range(len(envs)):
-            self._obs.append(self._reset(i))
+        self._redo(lambda: None, "the first reset of the env copies", fresh=True)
 
-    # --- per-env conversions ---------------------------------------------------------
-    def _reset(self, i: int) -> dict:
-        env = self.envs[i]
-        with deadline(self.step_timeout, f"{type(env).__name__}.reset() took longer than "
-                      f"{self.step_timeout:g} s (time limit)"):
-            out = env.reset(seed=self._seed + self._episodes_started)
-        obs = check_reset(env, out, self.spec)
-        self._ep_seed[i] = self._seed + self._episodes_started
-        self.notices.check(env_name(env), 0, int(self._ep_seed[i]), "MAPPO collection",
-                           obs)
-        self._episodes_started += 1
-        self._ep_t[i] = 0
-        self._ep_return[i] = 0.0
-        self._ep_team[i] = 0.0
-        return obs
+    # --- resets -----------------------------------------------------------------------
+    def _reset(self, copies: Iterable[int]) -> None:
+        """Reset ``copies`` (in order) with the next seeds in turn."""
+        seeds = []
+        for i in copies:
+            seeds.append((i, self._seed + self._episodes_started))
+            self._ep_seed[i] = self._seed + self._episodes_started
+            self._episodes_started += 1
+            self._ep_t[i] = 0
+            self._ep_return[i] = 0.0
+            self._ep_team[i] = 0.0
+        for i, view in self.copies.reset_copies(seeds).items():
+            self._views[i] = view
 
     def restart(self, i: int) -> None:
         """Drop copy ``i``'s episode in progress and reset it (the next seed in turn)."""
-        self._obs[i] = self._reset(i)
+        self._redo(lambda: self._reset([i]), f"the restart of env copy {i}")
 
-    def _global_state(self, i: int, stacked_obs: Any) -> np.ndarray:
-        if self.spec.has_state:
-            return np.asarray(self.envs[i].state(), np.float32).reshape(-1)
-        leaves = [stacked_obs[k] for k in sorted(stacked_obs)] if isinstance(
-            stacked_obs, dict) else [stacked_obs]
-        return np.concatenate([x.reshape(-1) for x in leaves])
+    def _redo(self, attempt: Callable[[], Any], what: str, fresh: bool = False) -> Any:
+        """``attempt()``; after a worker died (:class:`CopiesRestarted`), every copy
+        restarts its episode and ``attempt()`` runs again (``max_redos`` times at most).
+        ``fresh``: every copy starts an episode before the first attempt too."""
+        for redo in range(self.max_redos + 1):
+            try:
+                if redo or fresh:
+                    self._option = None
+                    self._reset(range(self.copies.num_copies))
+                return attempt()
+            except CopiesRestarted as e:
+                if redo == self.max_redos:
+                    raise CopiesLost(f"{e}; {what} was redone {redo} times and a worker died "
+                                     "again: giving up") from None
+                log.warning("%s; every env copy's episode in progress restarted (next reset "
+                            "seeds) and %s redone from its start", e, what)
+        raise AssertionError("unreachable")
 
-    def _inputs(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
-        """The current step's stacked ``(obs, alive, adj, global_state)`` of all copies."""
-        stacked = [stack_agents(self.spec, o) for o in self._obs]
-        obs = jax.tree.map(lambda *xs: np.stack(xs), *[s[0] for s in stacked])
-        alive = np.stack([s[1] for s in stacked])
-        adj = np.stack([adjacency(getattr(env, "comm_graph", None), self.spec.num_agents,
-                                  alive[i]) for i, env in enumerate(self.envs)])
-        gstate = np.stack([self._global_state(i, s[0]) for i, s in enumerate(stacked)])
-        return obs, alive, adj, gstate
+    def close(self) -> None:
+        """Release the env copies (stops the worker processes, if any)."""
+        self.copies.close()
 
     # --- collection -------------------------------------------------------------------
+    def _inputs(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """The current step's stacked ``(obs, alive, adj, global_state)`` of all copies."""
+        views = self._views
+        obs = jax.tree.map(lambda *xs: np.stack(xs), *[v.obs for v in views])
+        return (obs, np.stack([v.alive for v in views]), np.stack([v.adj for v in views]),
+                np.stack([v.gstate for v in views]))
+
     def collect(self, ts: TrainState) -> tuple[TrainState, Batch, dict]:
         """Roll every copy ``num_steps`` steps with ``ts.actor``; return the advanced
         ``ts`` (key, env-step counter), the batch and rollout statistics."""
+        out = self._redo(lambda: self._collect(ts),
+                         f"MAPPO collection #{self._collections + 1}")
+        self._collections += 1
+        return out
+
+    def _collect(self, ts: TrainState) -> tuple[TrainState, Batch, dict]:
         cfg, spec = self.cfg, self.spec
-        e, n = len(self.envs), spec.num_agents
+        e, n = self.copies.num_copies, spec.num_agents
         if self._option is None:
             self._option = jax.tree.map(lambda x: np.broadcast_to(x, (e, *x.shape)).copy(),
-                                      jax.device_get(ts.actor.initial_option(n)))
+                                        jax.device_get(ts.actor.initial_option(n)))
         steps: list[dict] = []
         finished_return: list[float] = []
         finished_team: list[float] = []
@@ -182,52 +217,28 @@ class HostCollector:
             option, out, value = jax.device_get(self._policy(
                 ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
                 self._ep_t))
-            reward = np.zeros((e, n), np.float32)
-            done = np.zeros((e, n), np.float32)
-            for i, env in enumerate(self.envs):
-                acts = env_actions(spec, out.env_action[i],
-                                   [a for a in spec.agents if a in self._obs[i]])
-                live_i = list(env.agents)
-                with deadline(self.step_timeout, f"{type(env).__name__}.step() took longer "
-                              f"than {self.step_timeout:g} s (time limit)"):
-                    out_i = env.step(acts)
-                obs_i, rew, term, trunc, infos = check_step(env, acts, out_i, spec, live_i)
-                skills = np.asarray(option_skills(option)[i])
-                team_r = team_reward(infos, rew)
-                kind = self.cfg.reward
-                for j, a in enumerate(spec.agents):
-                    if a not in rew:
-                        continue
-                    channels = (infos.get(a) or {}).get("skill_rewards")
-                    local = float(rew[a])
-                    reward[i, j] = (
-                        (local if channels is None
-                         else float(np.asarray(channels).reshape(-1)[skills[j]]))
-                        if kind == "option" else local if kind == "local"
-                        else team_r if kind == "team" else local + team_r)
-                    done[i, j] = float(term.get(a, False) or trunc.get(a, False))
-                mean_reward = float(np.mean(list(rew.values()))) if rew else 0.0
-                env_reward_sum += mean_reward
-                team_reward_sum += team_r
-                self._ep_return[i] += mean_reward
-                self._ep_team[i] += team_r
+            results = self.copies.step_copies(np.asarray(out.env_action),
+                                              np.asarray(option_skills(option)))
+            ended = []
+            for i, r in enumerate(results):
+                env_reward_sum += r.mean_reward
+                team_reward_sum += r.team
+                self._ep_return[i] += r.mean_reward
+                self._ep_team[i] += r.team
                 self._ep_t[i] += 1
-                self.notices.check(env_name(env), int(self._ep_t[i]), int(self._ep_seed[i]),
-                                   "MAPPO collection", obs_i, rew, infos)
-                cut = bool(env.agents) and 0 < self.max_episode_steps <= self._ep_t[i]
-                if cut:
-                    self.notices.time_limit(env_name(env), self.max_episode_steps,
-                                            "a MAPPO collection")
-                if cut or not env.agents:  # over: every agent ended, or the time limit
-                    done[i, :] = 1.0
+                if r.over:
                     finished_return.append(self._ep_return[i])
                     finished_team.append(self._ep_team[i])
-                    obs_i = self._reset(i)
-                self._obs[i] = obs_i
+                    ended.append(i)
+                else:
+                    self._views[i] = r.view
+            if ended:
+                self._reset(ended)
             self._option = option
             steps.append(dict(obs=obs, adj=adj, global_state=gstate, option=option,
                               action=out.action, log_prob=out.log_prob, value=value,
-                              reward=reward, done=done, alive=alive))
+                              reward=np.stack([r.reward for r in results]),
+                              done=np.stack([r.done for r in results]), alive=alive))
         # bootstrap value after the last step, under the option the selector would choose
         # (no exploration, as the JAX path's collect)
         obs, alive, adj, gstate = self._inputs()

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from envs.base import SwarmEnv
 from envs.registration import register_bundled_envs
+from feudal_es.env_factory import CodeEnv, RegisteredEnv
+from feudal_es.env_factory import to_parallel as _to_parallel
 
 if TYPE_CHECKING:
     from feudal_es.config import TrainerConfig
@@ -46,7 +48,9 @@ class ResolvedEnv:
     """An env id resolved to the path it trains on.
 
     ``kind == "jax"``: ``core`` is the functional :class:`envs.base.SwarmEnv`.
-    ``kind == "host"``: ``make(**extra)`` builds one PettingZoo ``ParallelEnv`` instance.
+    ``kind == "host"``: ``make(**extra)`` builds one PettingZoo ``ParallelEnv`` instance
+    (for an id resolved here a picklable :mod:`feudal_es.env_factory` factory, so worker
+    processes can build the env too).
     """
 
     env_id: str
@@ -109,18 +113,6 @@ def importable_ids() -> tuple[list[str], dict[str, list[str]]]:
     return sorted(ok), missing
 
 
-def _to_parallel(env: Any) -> Any:
-    """A ParallelEnv (AEC envs converted); unwrap nothing else."""
-    from pettingzoo import AECEnv, ParallelEnv
-    from pettingzoo.utils.conversions import aec_to_parallel
-
-    if isinstance(env, ParallelEnv):
-        return env
-    if isinstance(env, AECEnv):
-        return aec_to_parallel(env)
-    raise TypeError(f"expected a PettingZoo ParallelEnv or AECEnv, got {type(env).__name__}")
-
-
 def _classify(env_id: str, obj: Any) -> ResolvedEnv | None:
     from envs.pettingzoo_env import SwarmParallelEnv
 
@@ -156,8 +148,7 @@ def _resolve_code(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv:
     if found is not None:
         return found
     _to_parallel(probe)
-    return ResolvedEnv(env_id, "host", make=lambda **extra: _to_parallel(target(**kwargs,
-                                                                                 **extra)))
+    return ResolvedEnv(env_id, "host", make=CodeEnv(env_id, kwargs))
 
 
 def _resolve_registered(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv | None:
@@ -180,11 +171,8 @@ def _resolve_registered(env_id: str, kwargs: dict[str, Any]) -> ResolvedEnv | No
         found = _classify(env_id, probe)
         if found is not None:
             return found
-        if env_type == "parallel":
-            return ResolvedEnv(env_id, "host", make=lambda **extra: pettingzoo.make(
-                "parallel", env_id, **kwargs, **extra))
-        return ResolvedEnv(env_id, "host", make=lambda **extra: _to_parallel(pettingzoo.make(
-            "aec", env_id, **kwargs, **extra)))
+        return ResolvedEnv(env_id, "host", make=RegisteredEnv(env_type, registry[env_id],
+                                                              kwargs))
     return None
 
 

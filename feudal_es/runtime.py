@@ -15,7 +15,7 @@ for it (episodes x selectors), with one message naming the field to change.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -32,6 +32,9 @@ from feudal_es.migration import migration_env_steps
 from feudal_es.pettingzoo_host import EnvNotices, team_reward
 from feudal_es.resolve import ResolvedEnv
 from feudal_es.rollout import members_at_once, population_chunk
+
+if TYPE_CHECKING:
+    from feudal_es.host_collect import HostCollector
 
 __all__ = ["HostRuntime", "JaxRuntime", "make_runtime"]
 
@@ -158,11 +161,14 @@ class JaxRuntime:
 
 class HostRuntime:
     """A PettingZoo ``ParallelEnv`` on the host path: :class:`~feudal_es.host.HostCollector`
-    for MAPPO, :class:`~feudal_es.host.HostEvaluator` for fitness (on Ray actors with
-    ``backend="ray"``). A broken env is refused when the runtime is built, before any
-    compute: one checked ``reset`` and ``step`` (:func:`feudal_es.host.probe_env`).
-    Episodes are cut at ``config.max_episode_steps`` in collection and evaluation;
-    ``notices`` reports that, and a non-finite env output, once per run."""
+    for MAPPO (its env copies stepped by ``config.host_workers`` worker processes, or Ray
+    actors with ``backend="ray"``, when that is > 0:
+    :class:`~feudal_es.host_workers.WorkerPool`), :class:`~feudal_es.host.HostEvaluator`
+    for fitness (on Ray actors with ``backend="ray"``). A broken env is refused when the
+    runtime is built, before any compute: one checked ``reset`` and ``step``
+    (:func:`feudal_es.host.probe_env`). Episodes are cut at ``config.max_episode_steps``
+    in collection and evaluation; ``notices`` reports that, and a non-finite env output,
+    once per run."""
 
     kind = "host"
 
@@ -180,6 +186,11 @@ class HostRuntime:
                              f"{config.env} runs on the host path, where options are held "
                              "for actor.selector_period steps: leave actor.option_ends false")
         self.make = env.make
+        # an env factory that worker processes cannot get: refused before anything is built
+        if config.host_workers and config.plan.trains_executor and config.backend != "ray":
+            from feudal_es.host_workers import check_picklable
+
+            check_picklable(env.make, config.env)
         probe = env.make()
         self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills)
         self.device = jax.local_devices()[0]
@@ -192,7 +203,7 @@ class HostRuntime:
         self.num_agents = self.spec.num_agents
         self.skill_names = self.spec.skill_names
         self._probe = probe  # the collector's first copy, built lazily with the state
-        self.collector: host.HostCollector | None = None
+        self.collector: HostCollector | None = None
         self.update = host.host_update(config.mappo, mappo.uses_fused_update(
             config.mappo, self.spec.observation_space, config.actor))
         make_evaluator = functools.partial(
@@ -211,9 +222,8 @@ class HostRuntime:
 
     def init_train_state(self, key: jax.Array) -> mappo.TrainState:
         """A fresh actor and critic for the env's spaces, and the collector's env copies
-        (``mappo.num_envs``, the probed instance first)."""
-        from feudal_es import host
-
+        (``mappo.num_envs``, the probed instance first; started at the first step when
+        ``host_workers`` step them)."""
         k_actor, k_critic, k_state = jax.random.split(key, 3)
         spec, cfg = self.spec, self.config
         if cfg.critic.time_input:
@@ -224,22 +234,58 @@ class HostRuntime:
                                      spec.num_skills, cfg.actor), cfg)
         critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,
                                spec.num_skills, cfg.critic)
-        copies = [self._probe] + [self.make() for _ in range(cfg.mappo.num_envs - 1)]
-        self.collector = host.HostCollector(copies, spec, cfg.mappo, seed=cfg.seed,
+        if self.collector is not None:  # built again (a template for a checkpoint)
+            self.collector.close()
+            self.collector = None
+        if not (cfg.host_workers and cfg.plan.trains_executor):  # else at the first step
+            self._build_collector()
+        return mappo.init_learner(k_state, actor, critic, cfg.mappo)
+
+    def _build_collector(self) -> HostCollector:
+        """The collector and its env copies: in this process (the probed instance first),
+        or over ``host_workers`` worker processes, started when the first MAPPO step
+        needs them (so evaluating or rendering a run starts none)."""
+        from feudal_es import host
+
+        cfg = self.config
+        copies: Any
+        if cfg.host_workers and cfg.plan.trains_executor:  # no MAPPO: nothing to step
+            from feudal_es.host_workers import WorkerPool
+
+            copies = WorkerPool(self.make, self.spec, cfg.mappo.num_envs, cfg.host_workers,
+                                cfg.mappo.reward, cfg.episode_timeout, cfg.max_episode_steps,
+                                cfg.env, self.notices,
+                                backend="ray" if cfg.backend == "ray" else "process")
+        else:
+            copies = [self._probe] + [self.make() for _ in range(cfg.mappo.num_envs - 1)]
+        self.collector = host.HostCollector(copies, self.spec, cfg.mappo, seed=cfg.seed,
                                             step_timeout=cfg.episode_timeout,
                                             max_episode_steps=cfg.max_episode_steps,
                                             notices=self.notices)
-        return mappo.init_learner(k_state, actor, critic, cfg.mappo)
+        return self.collector
 
     def train_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict]:
         """Collect ``num_steps`` from every env copy, then the MAPPO update."""
-        ts, batch, stats = self.collector.collect(ts)
+        collector = self.collector or self._build_collector()
+        ts, batch, stats = collector.collect(ts)
         ts, metrics = self.update(ts, batch)
         return ts, {**metrics, **stats, "env_steps": ts.env_steps}
 
     def guarded_step(self, ts: mappo.TrainState) -> tuple[mappo.TrainState, dict, jax.Array]:
-        """:meth:`train_step` with a non-finite update undone: ``(ts, metrics, skipped)``."""
-        return mappo.guarded(self.train_step, _keep_finite)(ts)
+        """:meth:`train_step` with a non-finite update undone: ``(ts, metrics, skipped)``.
+
+        The jitted guard is given the update's arrays only: the rollout statistics are
+        Python floats, which a jitted function takes as static arguments, so passing
+        them would compile it again for every new value (every round)."""
+        numbers: dict = {}
+
+        def step(t: mappo.TrainState) -> tuple[mappo.TrainState, dict]:
+            t, metrics = self.train_step(t)
+            numbers.update(metrics)
+            return t, {k: v for k, v in metrics.items() if eqx.is_array(v)}
+
+        ts, metrics, skipped = mappo.guarded(step, _keep_finite)(ts)
+        return ts, {k: metrics.get(k, v) for k, v in numbers.items()}, skipped
 
     def settle(self, ts: mappo.TrainState) -> mappo.TrainState:
         """``ts`` as is: the host path's learner never leaves this process's device."""
@@ -331,7 +377,10 @@ class HostRuntime:
         return 0
 
     def close(self) -> None:
-        """Stop the Ray workers, if any."""
+        """Stop the host workers and the Ray workers, if any (the in-process env copies
+        are closed too)."""
+        if self.collector is not None:
+            self.collector.close()
         close = getattr(self.population_evaluator, "close", None)
         if self.population_evaluator is not self.evaluator and callable(close):
             close()
