@@ -24,7 +24,8 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["gather", "initialize", "is_writer", "local_device", "place", "scratch_dir"]
+__all__ = ["gather", "initialize", "is_writer", "local_device", "own_run_dir", "place",
+           "scratch_dir"]
 
 
 def initialize(coordinator: str, num_processes: int, process_id: int) -> None:
@@ -57,6 +58,12 @@ def scratch_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix=f"feudal-es-process-{jax.process_index()}-"))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path / "run"
+
+
+def own_run_dir(run_dir: Path) -> Path:
+    """Where this process writes the run ``run_dir``: there for process 0 (the only one
+    without ``jax.distributed``), its :func:`scratch_dir` for the others."""
+    return run_dir if is_writer() else scratch_dir()
 
 
 def local_device() -> jax.Device:

@@ -97,10 +97,8 @@ class ESTrainer:
                 "a time (TrainerConfig.seed)")
         configs = [config.for_seed(s) for s in self.seeds] if self.many else [config]
         self.runtime = make_runtime(configs[0], self.env, len(self.seeds))
-        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(
-            config.env, config.mode)
-        if not distributed.is_writer():  # jax.distributed: process 0 alone writes the run
-            self.run_dir = distributed.scratch_dir()
+        self.run_dir = distributed.own_run_dir(Path(run_dir) if run_dir is not None else
+                                               default_run_dir(config.env, config.mode))
         self._keys = [root_keys(s) for s in self.seeds]
         states = [self._initial_state(k) for k in self._keys]
         actor = states[0].learner.actor
@@ -410,8 +408,7 @@ class ESTrainer:
     def checkpoint_tree(self, index: int = 0, state: RoundState | None = None
                         ) -> dict[str, Any]:
         """The state a checkpoint of seed ``index`` holds (also the template a load
-        fills); under ``jax.distributed`` every process calls it at the same round (the
-        env copies split over the processes are gathered)."""
+        fills); a collective under ``jax.distributed`` (:func:`distributed.gather`)."""
         state = distributed.gather(self.seed_states()[index] if state is None else state)
         return {"train_state": state.learner, "es_state": state.es, "round": int(self.round),
                 "best_fitness": float(self.recorders[index].best_fitness)}

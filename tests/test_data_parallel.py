@@ -13,8 +13,9 @@ A subprocess with two CPU devices runs the real ``shard_map`` (its device count 
 when JAX starts): the step equals the ``vmap`` simulation, a one-device "data-parallel"
 step equals the plain step, and a one-seed trainer splits its env copies over both
 devices and resumes bit-exactly; three seeds (which do not divide the two devices) each
-split over both devices equal each seed trained alone. Across programs XLA may reassociate floats: those
-comparisons have a stated tolerance; the resume is the same program (exact).
+split over both devices equal each seed trained alone. Across programs XLA may
+reassociate floats: those comparisons have a stated tolerance; the resume is the same
+program (exact).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def test_data_devices_fit_the_config():
     assert mappo.data_devices(cfg, 2, 1) == 1
     odd = mappo.MAPPOConfig(num_envs=3, num_steps=4, minibatches=2)
     assert mappo.data_devices(odd, 2) == 1
-    with pytest.raises(ValueError, match="must divide mappo.num_envs"):
+    with pytest.raises(ValueError, match=r"must divide mappo\.num_envs"):
         mappo.data_devices(odd, 2, 2)
     with pytest.raises(ValueError, match="only 2 are visible"):
         mappo.data_devices(cfg, 2, 4)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from helpers import ROOT, TESTS, VEC
 from safetensors.numpy import load_file
 
@@ -91,3 +93,25 @@ def test_two_processes_equal_one_process_on_two_devices(tmp_path):
     # process 1's scratch directories were removed when it exited
     assert not list(scratch.glob("feudal-es-process-*")) and not list(
         tmp_path.glob("feudal-es-process-*"))
+
+
+@pytest.mark.slow  # two processes train Rover-v0's defaults for 4 rounds (~40 s busy 2 cores)
+def test_readme_two_process_recipe(tmp_path):
+    """README "Several processes or hosts": its block, run as written with bash from a
+    directory laid out like the repository's root (its port made free first)."""
+    from test_readme_commands import TEXT, _scratch
+
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", TEXT, re.S) if "--coordinator" in b]
+    assert len(blocks) == 1, "the README's two-process block is gone or doubled"
+    block = blocks[0].replace("127.0.0.1:12355", f"127.0.0.1:{_free_port()}")
+    work = _scratch(tmp_path, ROOT)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "JAX_NUM_CPU_DEVICES")}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.run(["bash", "-c", f"set -e\n{block}"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run = work / "runs" / "rover-2proc"
+    assert (run / "ckpt_00000004.safetensors").is_file(), proc.stdout[-3000:]
+    assert proc.stdout.count(f"run dir:        {Path('runs/rover-2proc')}") == 1
+    assert not list(tmp_path.glob("feudal-es-process-*"))

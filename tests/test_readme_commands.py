@@ -77,17 +77,6 @@ PRETRAIN_SMALL = ("--rounds", "1", "--episodes", "1", "--steps", "2", "--eval-ep
                   *COVERAGE_SMALL)
 
 
-def _tiny_rover_config(cwd: Path) -> None:
-    """``configs/rover.json`` of the scratch directory at :data:`ROVER_SMALL`'s size and
-    one round (for the multi-host snippet, which loads the file as it stands)."""
-    path = cwd / "configs" / "rover.json"
-    config = json.loads(path.read_text())
-    config.update(n_outer=1, episodes=2, grad_steps_per_outer=1)
-    config["es"]["pop_size"] = 4
-    config["mappo"]["num_envs"] = 4
-    path.write_text(json.dumps(config))
-
-
 def _second_rover_run(cwd: Path) -> None:
     """``runs/rover-es``: a copy of the README's ``runs/rover`` (the two-run ``eval`` needs a
     second run of the env; training one more would only cost time)."""
@@ -96,10 +85,8 @@ def _second_rover_run(cwd: Path) -> None:
     shutil.copytree(cwd / "runs" / "rover", cwd / "runs" / "rover-es")
 
 
-# SLURM's variables for one task on this host: jax.distributed.initialize() then finds its
-# (single) peer itself, as the README says it does under SLURM
-ONE_SLURM_TASK = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost",
-                  "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+TWO_PROCESSES = ("a shell loop starting two processes of one run: the block runs as written, "
+                 "with bash, in tests/test_distributed.py::test_readme_two_process_recipe")
 
 
 @dataclass(frozen=True)
@@ -156,10 +143,12 @@ PLAN: dict[str, Run | Skip] = {
         Run(("--n-outer", "1", "--set", "mappo.num_envs=4", "--set", "episodes=2",
              "--no-progress"), when="slow", needs="jaxmarl"),
     # Scaling out
-    '.venv/bin/python -c import jax; jax.distributed.initialize() from feudal_es.trainer '
-    'import ESTrainer, TrainerConfig ESTrainer(TrainerConfig.load("configs/rover.json"), '
-    '"runs/rover-multihost").run()':
-        Run(when="slow", env=ONE_SLURM_TASK, setup=_tiny_rover_config),
+    # two processes at once, one block: tests/test_distributed.py runs it with bash
+    "for i in 0 1; do": Skip(TWO_PROCESSES),
+    "JAX_NUM_CPU_DEVICES=1 .venv/bin/feudal-es train --env feudal_es/Rover-v0 --n-outer 4 "
+    "--out runs/rover-2proc --coordinator 127.0.0.1:12355 --num-processes 2 "
+    "--process-id $i &": Skip(TWO_PROCESSES),
+    "done; wait": Skip(TWO_PROCESSES),
     '.venv/bin/pip install -e .[ray]':
         Skip("installs into the project's venv; the test venv has what CI installs "
              "(.ci/run: dev, ray, jaxmarl)"),
