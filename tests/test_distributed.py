@@ -66,6 +66,7 @@ def _max_diff(a: Path, b: Path) -> float:
                for k in x if x[k].size)
 
 
+@pytest.mark.slow  # three CLI launches, 35-40 s on 2 cores: the suite's 10 minutes are full
 def test_two_processes_equal_one_process_on_two_devices(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(VEC.override({"seeds": [], "seed": 3, "n_outer": 3,
