@@ -185,6 +185,10 @@ class HostRuntime:
                              "(a bundled JAX env with skill_done, e.g. feudal_es/Rover-v0); "
                              f"{config.env} runs on the host path, where options are held "
                              "for actor.selector_period steps: leave actor.option_ends false")
+        if config.data_parallel > 1:
+            raise ValueError(f"data_parallel={config.data_parallel} splits a JAX env's copies "
+                             f"over devices; {config.env} runs on the host path (a Python "
+                             "env): set host_workers=N to step its copies in N processes")
         self.make = env.make
         # an env factory that worker processes cannot get: refused before anything is built
         if config.host_workers and config.plan.trains_executor and config.backend != "ray":

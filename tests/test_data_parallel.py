@@ -121,6 +121,13 @@ def test_data_devices_fit_the_config():
         mappo.data_devices(cfg, 2, 4)
 
 
+def test_data_parallel_on_the_host_path_is_refused_naming_host_workers(tmp_path):
+    from helpers import HOST, host_trainer
+
+    with pytest.raises(ValueError, match=r"runs on the host path.*host_workers=N"):
+        host_trainer(tmp_path / "run", config=HOST.override({"data_parallel": 2}))
+
+
 TWO_DEVICES = textwrap.dedent("""
     import json, sys, tempfile
     import equinox as eqx, jax, jax.numpy as jnp, numpy as np
