@@ -262,6 +262,10 @@ class TrainerConfig:
     # --resume can name the --import to pass; a run directory never imports them itself
     imports: tuple[str, ...] = ()
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
+    # host envs whose agents differ in their spaces: pad them to one observation and one
+    # action space with an agent indicator appended (SuperSuit; feudal_es.padding), so
+    # every agent shares the one actor
+    pad_agents: bool = False
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
     # host envs, modes with MAPPO: worker processes (Ray actors with backend "ray") that
     # step MAPPO's env copies, each its share of mappo.num_envs (1..num_envs; shares differ
@@ -308,7 +312,7 @@ class TrainerConfig:
                           ("selector_stage_rounds", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
-        for name in ("deterministic_eval", "gif"):
+        for name in ("deterministic_eval", "gif", "pad_agents"):
             check_bool(f"{c}.{name}", getattr(self, name))
         imports = tuple(self.imports) if isinstance(self.imports, list) else self.imports
         if not isinstance(imports, tuple) or not all(isinstance(m, str) for m in imports):

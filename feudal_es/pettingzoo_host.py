@@ -60,8 +60,11 @@ class HostEnvSpec:
                 continue  # one shared space object: nothing to compare (many agents)
             if obs_space != self.observation_space or act_space != self.action_space:
                 raise ValueError(
-                    f"agent {a!r} has other spaces than {first!r}: feudal-es trains one "
-                    "shared actor, so all agents need the same observation and action space"
+                    f"agent {a!r} has other spaces than {first!r} ({obs_space}, {act_space} "
+                    f"vs {self.observation_space}, {self.action_space}): feudal-es trains "
+                    "one shared actor, so all agents need the same observation and action "
+                    "space; --set pad_agents=true pads them to one, with an agent indicator "
+                    "(SuperSuit)"
                 )
         check_spaces(self.observation_space, self.action_space, f"{type(env).__name__}")
         names = getattr(env, "skill_names", None)

@@ -36,6 +36,7 @@ from feudal_es.config import MODES, TrainerConfig, parse_assignment
 from feudal_es.functions import SeedFunctions, seed_functions
 from feudal_es.keys import KeySchedule, chain_key, root_keys
 from feudal_es.loop import EveryCandidateFailed, RoundFns, RoundState, merl_round
+from feudal_es.padding import padded
 from feudal_es.recorder import Progress, RunRecorder, round_row, step_metrics
 from feudal_es.resolve import ResolvedEnv, UntrustedEnvError, apply_env_defaults, resolve_env
 from feudal_es.round_fns import round_fns
@@ -86,7 +87,7 @@ class ESTrainer:
             config = config.for_seed(config.seeds[0])
         self.seeds = config.run_seeds
         self.many = len(self.seeds) > 1
-        self.env = resolved or resolve_env(config.env, config.env_kwargs)
+        self.env = padded(resolved or resolve_env(config.env, config.env_kwargs), config.pad_agents)
         # the settings the config leaves open, by the env's observation kind and skills
         config, self.defaults = apply_env_defaults(config, self.env)
         self.config = config
@@ -179,8 +180,7 @@ class ESTrainer:
         """What ES evolves of the run's *result* (``state``: one seed's; default: the
         current state, stacked over seeds when batched): the learner's actor's
         (:meth:`theta_of`), or the ES mean in a mode that migrates the learner into
-        whole-actor ES (there the learner is only a source of candidates, see
-        :mod:`feudal_es.migration`)."""
+        whole-actor ES (the learner only a source of candidates: :mod:`~.migration`)."""
         stacked = state is None and self.many
         state = self.state if state is None else state
         if self.config.plan.migrates:
@@ -493,8 +493,8 @@ class ESTrainer:
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, env: str | None = None,
                         env_kwargs: dict[str, Any] | None = None) -> ESTrainer:
-        """A one-seed trainer holding the state of one checkpoint file, for eval and render
-        (``env_kwargs``: on other env kwargs; :func:`feudal_es.restore.from_checkpoint`)."""
+        """A one-seed trainer of one checkpoint file, for eval and render (on other
+        ``env_kwargs``; :func:`feudal_es.restore.from_checkpoint`)."""
         from feudal_es.restore import from_checkpoint
 
         return from_checkpoint(cls, path, env=env, env_kwargs=env_kwargs)

@@ -1,0 +1,63 @@
+"""Agents with different spaces behind one shared actor: SuperSuit's padding.
+
+A PettingZoo env whose agents differ in their observation or action spaces (MPE's
+simple_speaker_listener: a speaker and a listener) cannot share one actor as it is.
+``TrainerConfig.pad_agents`` wraps the env's factory in SuperSuit's wrappers, the
+field's usual answer: ``pad_observations_v0`` (every observation zero-padded to the
+largest), ``pad_action_space_v0`` (every action space the largest; an agent's action
+outside its own space is read as its action 0 for a ``Discrete`` space, and cut to its
+own size for a ``Box``) and ``agent_indicator_v0`` (a one-hot of the agent appended to
+its observation, so the shared actor knows whom it acts for). Everything else of the env
+(``state()``, infos' ``skill_rewards`` / ``team_reward``, ``comm_graph()``) passes through.
+
+SuperSuit is an optional extra (``pip install -e ".[supersuit]"``); it is imported only
+when a run pads. :class:`Padded` is a module-level callable of a picklable factory, so
+padded envs also build in ``host_workers`` processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from feudal_es.resolve import ResolvedEnv
+
+__all__ = ["Padded", "padded"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Padded:
+    """``make`` (an env factory) with its env padded to one observation and one action
+    space and an agent indicator appended (see the module docstring)."""
+
+    make: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            import supersuit
+        except ImportError:
+            raise ValueError("pad_agents=true pads the agents' spaces with SuperSuit, which "
+                             "is not installed: pip install -e '.[supersuit]'") from None
+        env = self.make(*args, **kwargs)
+        try:
+            env = supersuit.pad_observations_v0(env)
+            env = supersuit.pad_action_space_v0(env)
+            return supersuit.agent_indicator_v0(env)
+        except AssertionError as e:  # SuperSuit's checks of what it can pad
+            spaces = {a: (env.observation_space(a), env.action_space(a))
+                      for a in env.possible_agents}
+            raise ValueError(f"pad_agents=true cannot pad {type(env).__name__}'s spaces "
+                             f"{spaces} (SuperSuit pads Box and Discrete spaces only: {e})"
+                             ) from None
+
+
+def padded(env: ResolvedEnv, pad: bool) -> ResolvedEnv:
+    """``env`` as a run with ``pad_agents=pad`` trains it: a host env's factory
+    :class:`Padded` when ``pad``; a JAX env is refused (its agents share their spaces)."""
+    if not pad:
+        return env
+    if env.kind != "host":
+        raise ValueError(f"pad_agents=true pads a PettingZoo env's agents; {env.env_id} runs "
+                         "on the JAX path, whose agents share one space (leave it false)")
+    return dataclasses.replace(env, make=Padded(env.make))
