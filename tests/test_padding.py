@@ -22,6 +22,9 @@ from feudal_es.resolve import ResolvedEnv
 from feudal_es.trainer import ESTrainer
 
 supersuit = pytest.importorskip("supersuit")
+# SuperSuit's wrappers go through PettingZoo's AEC conversions, which warn that the toy env
+# names no render_mode
+pytestmark = pytest.mark.filterwarnings("ignore:The base environment:UserWarning")
 
 CONFIG = TrainerConfig(
     env="tests/SpeakerListener", mode="merl", n_outer=2, episodes=2, seed=1, num_skills=2,
