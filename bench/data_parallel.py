@@ -31,15 +31,11 @@ def step_time(num_envs: int, data_parallel: int, repeats: int) -> float:
     """Best seconds of one guarded MAPPO step at IPPO-FF's settings with ``num_envs``."""
     import jax
 
-    from bench.vs_jaxmarl import ENV, IPPO
-    from feudal_es.config import TrainerConfig
+    from bench.vs_jaxmarl import IPPO, trainer_config
     from feudal_es.trainer import ESTrainer
 
-    cfg = TrainerConfig(
-        env=f"jaxmarl/{ENV}", mode="mappo", n_outer=2, grad_steps_per_outer=8, episodes=2,
-        mappo={**IPPO["mappo"], "num_envs": num_envs, "anneal_updates": 1000},
-        actor=IPPO["actor"], critic=IPPO["critic"], checkpoint_every=10**6,
-        plot_every=10**6, gif=False, data_parallel=data_parallel)
+    settings = {**IPPO, "mappo": {**IPPO["mappo"], "num_envs": num_envs}}
+    cfg = trainer_config(settings, 2, 8, (0,), data_parallel)
     trainer = ESTrainer(cfg, Path(tempfile.mkdtemp(prefix="bench-dp-")) / "run")
     ts, step = trainer.state.learner, trainer.runtime.guarded_step
     for _ in range(3):  # compile and warm up

@@ -121,6 +121,21 @@ def probe(name: str) -> dict[str, Any]:
     return {"mappo": {**IPPO["mappo"], **over}, **nets}
 
 
+def trainer_config(settings: dict[str, Any], rounds: int, grad_steps: int,
+                   seeds: tuple[int, ...], data_parallel: int = 0) -> Any:
+    """``--mode mappo`` on ``jaxmarl/MPE_simple_spread_v3`` with ``settings`` (a
+    :func:`probe`'s or :data:`IPPO`), ``rounds`` rounds of ``grad_steps`` steps, the lr
+    annealed over them; no checkpoints, plots or GIF in between."""
+    from feudal_es.config import TrainerConfig
+
+    return TrainerConfig(
+        env=f"jaxmarl/{ENV}", mode="mappo", n_outer=rounds, grad_steps_per_outer=grad_steps,
+        episodes=2, seed=seeds[0], seeds=seeds if len(seeds) > 1 else (),
+        mappo={**settings["mappo"], "anneal_updates": rounds * grad_steps},
+        actor=settings["actor"], critic=settings["critic"], checkpoint_every=10**6,
+        plot_every=10**6, gif=False, data_parallel=data_parallel)
+
+
 def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
          grad_steps: int = 8, eval_root: int = 12345, data_parallel: int = 0
          ) -> dict[str, Any]:
@@ -132,7 +147,6 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
     import numpy as np
 
     from feudal_es import functions
-    from feudal_es.config import TrainerConfig
     from feudal_es.rollout import make_population_rollouts
     from feudal_es.theta import selector_theta
     from feudal_es.trainer import ESTrainer
@@ -140,13 +154,7 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
     m = settings["mappo"]
     per_round = grad_steps * m["num_envs"] * m["num_steps"]
     rounds = max(2, -(-steps // per_round))
-    updates = rounds * grad_steps
-    cfg = TrainerConfig(
-        env=f"jaxmarl/{ENV}", mode="mappo", n_outer=rounds, grad_steps_per_outer=grad_steps,
-        episodes=2, seed=seeds[0], seeds=seeds if len(seeds) > 1 else (),
-        mappo={**m, "anneal_updates": updates}, actor=settings["actor"],
-        critic=settings["critic"], checkpoint_every=10**6, plot_every=10**6, gif=False,
-        data_parallel=data_parallel)
+    cfg = trainer_config(settings, rounds, grad_steps, seeds, data_parallel)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-jaxmarl-"))
     try:
         trainer = ESTrainer(cfg, run_dir / "run")  # every seed in one program

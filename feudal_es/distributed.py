@@ -94,7 +94,9 @@ def place(x: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
     """``x`` (this process's whole copy, identical on every process, or already placed)
     as a global array with ``sharding``: ``jax.device_put`` in one process; each process
     contributing its own shards of its copy under ``jax.distributed``."""
-    if jax.process_count() == 1 or getattr(x, "sharding", None) == sharding:
+    if getattr(x, "sharding", None) == sharding:
+        return x  # already there (the data-parallel step's state between its steps)
+    if jax.process_count() == 1:
         return jax.device_put(x, sharding)
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         return jax.random.wrap_key_data(place(jax.random.key_data(x), sharding),

@@ -189,13 +189,13 @@ class HostRuntime:
             raise ValueError(f"data_parallel={config.data_parallel} splits a JAX env's copies "
                              f"over devices; {config.env} runs on the host path (a Python "
                              "env): set host_workers=N to step its copies in N processes")
-        self.make = make = env.make
+        self.make = env.make
         # an env factory that worker processes cannot get: refused before anything is built
         if config.host_workers and config.plan.trains_executor and config.backend != "ray":
             from feudal_es.host_workers import check_picklable
 
-            check_picklable(make, config.env)
-        probe = make()
+            check_picklable(env.make, config.env)
+        probe = env.make()
         self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills)
         self.device = jax.local_devices()[0]
         sizes = _sizes(config, spec.observation_space, spec.action_space, spec.num_skills,
@@ -211,7 +211,7 @@ class HostRuntime:
         self.update = host.host_update(config.mappo, mappo.uses_fused_update(
             config.mappo, self.spec.observation_space, config.actor))
         make_evaluator = functools.partial(
-            host.HostEvaluator, make, self.spec, config.episodes,
+            host.HostEvaluator, env.make, self.spec, config.episodes,
             config.deterministic_eval, config.max_episode_steps, config.episode_timeout,
             config.es_params, self.notices)
         self.evaluator = make_evaluator()  # one member at a time (the current selector)

@@ -32,7 +32,7 @@ from feudal_es.distributed import place
 from feudal_es.mappo.collect import fused_train_step, guarded
 from feudal_es.mappo.config import MAPPOConfig
 from feudal_es.mappo.state import TrainState
-from feudal_es.sharding import SEED_AXIS
+from feudal_es.sharding import SEED_AXIS, to_local
 
 __all__ = ["DATA_AXIS", "data_devices", "data_parallel_seeds_step", "data_parallel_step",
            "place_train_state"]
@@ -84,7 +84,9 @@ def place_train_state(ts: TrainState, mesh: Mesh) -> TrainState:
 
 
 def _local(x: Any) -> Any:
-    """A replicated array's copy on this process's first device of its mesh."""
+    """A replicated array's copy on this process's first device of its mesh; any other
+    leaf as it is (a seed-stacked state mixes both; one seed's learner and metrics are
+    all replicated and go through the strict :func:`feudal_es.sharding.to_local`)."""
     return x.addressable_data(0) if isinstance(x, jax.Array) and x.is_fully_replicated \
         and len(x.sharding.device_set) > 1 else x
 
@@ -139,12 +141,11 @@ def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.De
     def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
         ts, metrics, skipped = sharded(place_train_state(ts, mesh))
         if several:  # the host reads this process's copy
-            metrics, skipped = jax.tree.map(_local, (metrics, skipped))
+            metrics, skipped = to_local((metrics, skipped))
         return ts, metrics, skipped
 
     def settle(ts: TrainState) -> TrainState:
-        learner = jax.tree.map(_local, ts._replace(rollout=None))
-        return learner._replace(rollout=ts.rollout)
+        return to_local(ts._replace(rollout=None))._replace(rollout=ts.rollout)
 
     return step, settle
 
