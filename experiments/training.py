@@ -31,6 +31,7 @@ from experiments.arms import (
 from experiments.machine import Timer, machine_note
 from experiments.report import read_if_alike, slug, write_report
 from experiments.stats import above, fmt_ci, summarize
+from feudal_es.atomic import atomic_write_text
 
 __all__ = ["HELDOUT_SEED", "SEEDS", "SWEEP_SEEDS", "VALIDATION_SEED", "Variant",
            "compare_arms", "heldout_keys", "merl_beats", "reference_returns", "run_variant",
@@ -63,31 +64,39 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
     ``resume``: a run already in ``run_dir`` of exactly this config (an interrupted study)
     continues from its newest checkpoint, so a finished arm is only evaluated again;
     anything else there (another config, no checkpoint) is removed and trained afresh.
-    Without ``resume`` the arm always starts from scratch."""
+    Without ``resume`` the arm always starts from scratch. An arm checkpoints every
+    :data:`CHECKPOINT_EVERY` rounds (the newest kept), so a study killed mid-arm loses at
+    most that many rounds; its training seconds are recorded at each checkpoint."""
     import jax
 
     from feudal_es.config import TrainerConfig
 
     cfg = TrainerConfig.from_dict({**config, "seeds": list(seeds) if len(seeds) > 1 else [],
                                    "seed": int(seeds[0]), "n_outer": rounds,
-                                   "checkpoint_every": 10**6, "plot_every": 10**6,
+                                   "checkpoint_every": CHECKPOINT_EVERY,
+                                   "keep_checkpoints": 1, "plot_every": 10**6,
                                    "gif": False})
     per_round = steps_per_round(cfg, max_steps)
     t0 = time.perf_counter()
     trainer, before = (_resumed(cfg, run_dir, log) if resume else (None, 0.0))
     resumed = trainer is not None
     finished = resumed and trainer.round >= rounds  # nothing left to train
+    every = (cfg if trainer is None else trainer.config).checkpoint_every
+
+    def record(rows: Any) -> None:  # every training second this arm has cost, over sessions
+        r = (rows[0] if isinstance(rows, list) else rows)["round"] + 1
+        if before is not None and (r % every == 0 or r == rounds):
+            seconds = before + time.perf_counter() - t0
+            atomic_write_text(run_dir / TIMING, json.dumps({"train_time_s": seconds}))
+
     if trainer is None:
         import feudal_es
 
         shutil.rmtree(run_dir, ignore_errors=True)  # a study's arm starts from scratch
-        trainer = feudal_es.train(cfg, run_dir)
+        trainer = feudal_es.train(cfg, run_dir, on_round=record)
     elif not finished:
-        trainer.run()  # the rounds left
+        trainer.run(on_round=record)  # the rounds left
     train_time = 0.0 if finished else time.perf_counter() - t0
-    if before is not None and not finished:
-        # every training second this arm has cost, over its sessions
-        (run_dir / TIMING).write_text(json.dumps({"train_time_s": before + train_time}))
     ret, metrics = trainer.evaluate(jax.random.key(eval_root), eval_episodes)
     total = time.perf_counter() - t0
     spent = None if before is None else round(before + train_time, 2)
@@ -109,6 +118,13 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
 
 
 TIMING = "arm_train_time.json"  # train_arm's record of an arm's training seconds
+CHECKPOINT_EVERY = 10  # rounds between an arm's checkpoints (a study resumes mid-arm)
+BOOKKEEPING = ("checkpoint_every", "keep_checkpoints", "plot_every", "gif")
+
+
+def _same_run(saved: Any, cfg: Any) -> bool:
+    """Whether ``saved`` trains what ``cfg`` does (how often it checkpoints aside)."""
+    return dataclasses.replace(saved, **{f: getattr(cfg, f) for f in BOOKKEEPING}) == cfg
 
 
 def _resumed(cfg: Any, run_dir: Path, log: Callable[[str], None]) -> tuple[Any, float | None]:
@@ -124,7 +140,7 @@ def _resumed(cfg: Any, run_dir: Path, log: Callable[[str], None]) -> tuple[Any, 
     except (ValueError, OSError) as e:
         log(f"  {run_dir}: not resumable ({e}); training it afresh")
         return None, 0.0
-    if trainer.config != cfg or trainer.round > cfg.n_outer:
+    if not _same_run(trainer.config, cfg) or trainer.round > cfg.n_outer:
         log(f"  {run_dir}: holds another config or more rounds; training it afresh")
         return None, 0.0
     log(f"  {run_dir}: resuming at round {trainer.round} of {cfg.n_outer}")

@@ -5,6 +5,7 @@ policies, every output file)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -208,6 +209,20 @@ TINY = dict(
 )
 
 
+def test_an_arm_resumes_across_checkpoint_settings_not_across_training_ones():
+    """A study's arm run saved with another checkpoint frequency (an older study) is the
+    same run; one with another training setting is not."""
+    from experiments.training import _same_run
+    from feudal_es.config import TrainerConfig
+
+    cfg = TrainerConfig.from_dict(arm_config(TINY, "merl", {}))
+    assert _same_run(dataclasses.replace(cfg, checkpoint_every=10**6, keep_checkpoints=3,
+                                         plot_every=7, gif=True), cfg)
+    assert not _same_run(dataclasses.replace(cfg, n_outer=cfg.n_outer + 1), cfg)
+    assert not _same_run(TrainerConfig.from_dict(arm_config(TINY, "merl",
+                                                            {"es": {"sigma": 0.2}})), cfg)
+
+
 @pytest.mark.slow  # four compiled programs (~100 s on 2 cores); the math above is fast
 def test_tiny_study_end_to_end(tmp_path):
     from envs.policies import random_policy
@@ -266,6 +281,17 @@ def test_tiny_study_end_to_end(tmp_path):
     np.testing.assert_allclose(seed1["heldout_team_return"], one[0]["heldout_team_return"],
                                atol=1e-5)
     assert seed1["curve"]["env_steps"] == one[0]["curve"]["env_steps"]
+    # an arm stopped part-way resumes from its newest checkpoint: trained 1 round, then
+    # resumed to the full count, it equals the uninterrupted arm (one machine: bit-equal)
+    assert v["rounds"]["mappo_fixed"] > 1
+    train_arm(cfg, (1,), 1, 6, 4, tmp_path / "part", "observed_frac")
+    logs = []
+    whole, _ = train_arm(cfg, (1,), v["rounds"]["mappo_fixed"], 6, 4, tmp_path / "part",
+                         "observed_frac", resume=True, log=logs.append)
+    assert any("resuming at round 1" in m for m in logs), logs
+    for k in ("heldout_team_return", "heldout_observed_frac", "curve"):
+        assert whole[0][k] == one[0][k], k
+    assert whole[0]["train_time_s"] > 0
 
     # --resume: a finished study is evaluated again, not retrained: the same rows (one
     # program, one machine: bit-equal), its checkpoints untouched, its training time kept
