@@ -8,7 +8,7 @@
 ``python -m agents.params`` prints parameter counts at default and LPAC-paper sizes.
 """
 
-from agents.actor import FeudalActor, GoalOption
+from agents.actor import FeudalActor, GoalOption, RecurrentOption
 from agents.backbone import GraphFilter, LPACBackbone, normalize_adjacency
 from agents.config import ActorConfig, CriticConfig
 from agents.critic import CentralCritic
@@ -38,6 +38,7 @@ __all__ = [
     "GoalSelector",
     "GraphFilter",
     "LPACBackbone",
+    "RecurrentOption",
     "Selector",
     "SkillSelector",
     "count_params",

@@ -16,6 +16,13 @@ so at ``t = 0`` of every episode) and the option is kept in between; the rollout
 carries it. With ``ActorConfig.option_ends`` an agent's option also ends when its goal is
 met (``done[i, option_i]``, the env's ``skill_done(state)``, which the rollouts pass in):
 the selector re-decides for that agent at that step.
+
+A recurrent executor (``ActorConfig.recurrent``) has a GRU state per agent. It travels
+with the options: the carried value is a :class:`RecurrentOption` (the options and the
+state), so every rollout that threads options through :meth:`FeudalActor.step` threads
+the state too, and :meth:`FeudalActor.step` zeroes it at each episode's first step
+(``t == 0``). MAPPO re-runs it over whole stored sequences
+(:meth:`FeudalActor.evaluate_sequence`).
 """
 
 from __future__ import annotations
@@ -41,8 +48,16 @@ class GoalOption(NamedTuple):
     goal: jax.Array  # [N, G] float32 in (-1, 1)
 
 
-# a swarm's options: [N] skills, or a GoalOption; the rollout carries it between decisions
-Option = jax.Array | GoalOption
+class RecurrentOption(NamedTuple):
+    """What a rollout carries for a recurrent executor: the options and the GRU state."""
+
+    option: jax.Array | GoalOption  # [N] skills, or a GoalOption
+    hidden: jax.Array  # [N, H] the GRU state after the last step (float32)
+
+
+# a swarm's options: [N] skills, or a GoalOption (each wrapped in a RecurrentOption for a
+# recurrent executor); the rollout carries it between decisions
+Option = jax.Array | GoalOption | RecurrentOption
 
 
 class FeudalActor(eqx.Module):
@@ -99,6 +114,11 @@ class FeudalActor(eqx.Module):
         ``skill_names``."""
         return cls(key, env.observation_space, env.action_space, len(env.skill_names), config)
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the executor carries a GRU state (``ActorConfig.recurrent``)."""
+        return self.executor.gru is not None
+
     # ------------------------------------------------------------------ pieces
     def embed(self, obs: Any, adj: jax.Array) -> jax.Array:
         """Per-agent embedding h [N, E]."""
@@ -114,11 +134,15 @@ class FeudalActor(eqx.Module):
 
     def initial_option(self, num_agents: int) -> Option:
         """Placeholder options (overwritten at ``t = 0``): zeros, or a zero
-        :class:`GoalOption` when the actor has a ``GoalSelector``."""
-        skill = jnp.zeros((num_agents,), jnp.int32)
-        if self.goal_dim == 0:
-            return skill
-        return GoalOption(skill, jnp.zeros((num_agents, self.goal_dim), jnp.float32))
+        :class:`GoalOption` when the actor has a ``GoalSelector``; for a recurrent
+        executor wrapped in a :class:`RecurrentOption` with a zero state."""
+        option: Option = jnp.zeros((num_agents,), jnp.int32)
+        if self.goal_dim > 0:
+            option = GoalOption(option, jnp.zeros((num_agents, self.goal_dim), jnp.float32))
+        if not self.recurrent:
+            return option
+        return RecurrentOption(option, jnp.zeros((num_agents, self.executor.gru.hidden_size),
+                                                 jnp.float32))
 
     # ------------------------------------------------------------------ rollout API
     def options_done(self, env: Any, state: Any) -> jax.Array | None:
@@ -147,7 +171,9 @@ class FeudalActor(eqx.Module):
         deterministic: bool = False,
     ) -> ActOut:
         """Sample (or, if ``deterministic``, take the mode of) the executor's action
-        pursuing ``option``."""
+        pursuing ``option``. A recurrent executor reads ``option.hidden`` (a
+        :class:`RecurrentOption`) as the state entering this step and does not return the
+        next one: rollouts use :meth:`step`, which carries and resets it."""
         return self._act(key, self.embed(obs, adj), option, deterministic, obs)
 
     def step(
@@ -173,18 +199,55 @@ class FeudalActor(eqx.Module):
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
         option = self._select(self._selector_in(h, obs), prev, t, k_opt, explore, done)
-        return option, self._act(key, h, option, deterministic, obs)
+        if not isinstance(option, RecurrentOption):
+            return option, self._act(key, h, option, deterministic, obs)
+        # the GRU state: zero at the episode's first step, else what the last step left
+        hidden = jnp.where(jnp.asarray(t).reshape(-1, 1) == 0, 0.0, option.hidden)
+        skill, goal = self._unpack(option)
+        hidden = self.executor.recur(
+            self.executor.inputs(h, skill, goal, _option_obs(obs)), hidden)
+        out = self.executor.head.sample(key, hidden, deterministic)
+        return option._replace(hidden=hidden), out
 
     def evaluate(
         self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        """``(log_prob [N], entropy [N])`` of a stored ``ActOut.action`` (PPO update)."""
+        """``(log_prob [N], entropy [N])`` of a stored ``ActOut.action`` (PPO update) of a
+        feed-forward executor; a recurrent one needs the sequence
+        (:meth:`evaluate_sequence`)."""
+        if self.recurrent:
+            raise ValueError("a recurrent executor's actions are evaluated over their "
+                             "sequence: FeudalActor.evaluate_sequence")
         skills, goal = self._unpack(option)
         x = self.executor.inputs(self.embed(obs, adj), skills, goal, _option_obs(obs))
         return self.executor.head.evaluate(x, action)
 
+    def evaluate_sequence(
+        self, obs: Any, adj: jax.Array, option: RecurrentOption, action: jax.Array,
+        first: jax.Array, hidden: jax.Array,
+    ) -> tuple[jax.Array, jax.Array]:
+        """``(log_prob [T, N], entropy [T, N])`` of the stored actions of ``T`` consecutive
+        steps of one swarm (leaves time-major: ``obs`` [T, N, ...], ``adj`` [T, N, N],
+        ``option`` as :meth:`step` returned it, ``action`` [T, N, ...]) for a recurrent
+        executor: the GRU re-run from ``hidden`` ([N, H], the state entering step 0), set
+        to zero at every step where ``first`` ([T] bool: the episode's first step) — the
+        computation :meth:`step` made, now differentiable through time."""
+        skills, goal = self._unpack(option)
+        x = jax.vmap(lambda o, a, s, g: self.executor.inputs(
+            self.embed(o, a), s, g, _option_obs(o)))(obs, adj, skills, goal)
+
+        def body(h, xs):
+            x_t, first_t = xs
+            h = self.executor.recur(x_t, jnp.where(first_t, 0.0, h))
+            return h, h
+
+        _, hs = jax.lax.scan(body, hidden.astype(x.dtype), (x, first))
+        return jax.vmap(self.executor.head.evaluate)(hs, action)
+
     # ------------------------------------------------------------------ internals
     def _unpack(self, option: Option) -> tuple[jax.Array, jax.Array]:
+        if isinstance(option, RecurrentOption):
+            option = option.option
         if isinstance(option, GoalOption):
             return option.skill, option.goal
         if self.goal_dim > 0:
@@ -204,6 +267,8 @@ class FeudalActor(eqx.Module):
     def _select(self, z: jax.Array, prev: Option, t: jax.Array, key: jax.Array | None = None,
                 explore: float = 0.0, done: jax.Array | None = None) -> Option:
         """``z``: the selector's input (:meth:`_selector_in`)."""
+        if isinstance(prev, RecurrentOption):  # the state is the executor's, not chosen
+            return prev._replace(option=self._select(z, prev.option, t, key, explore, done))
         prev_skill, prev_goal = self._unpack(prev)
         decide = jnp.broadcast_to(jnp.asarray(t) % self.selector_period == 0,
                                   prev_skill.shape)
@@ -240,6 +305,11 @@ class FeudalActor(eqx.Module):
              obs: Any) -> ActOut:
         skill, goal = self._unpack(option)
         x = self.executor.inputs(h, skill, goal, _option_obs(obs))
+        if self.recurrent:
+            if not isinstance(option, RecurrentOption):
+                raise TypeError("a recurrent executor acts on a RecurrentOption (options and "
+                                "the GRU state; see FeudalActor.initial_option)")
+            x = self.executor.recur(x, option.hidden)
         return self.executor.head.sample(key, x, deterministic)
 
 

@@ -66,6 +66,13 @@ class ActorConfig:
     skill_embed_dim: int = 0  # 0 = condition on the skill one-hot; >0 = learned embedding
     executor_hidden: tuple[int, ...] = (128, 128)  # hidden sizes of the executor MLP
     log_std_init: float = -0.5  # initial state-independent log-std (canonical [-1,1] units)
+    # a recurrent executor: a GRU of ``gru_hidden`` units between the executor's input
+    # (embedding, option code, sub-goal) and its action MLP. Its state is carried with the
+    # options through every rollout and reset at each episode's first step; MAPPO
+    # trains it on whole sequences (minibatches of env copies). The selector and the
+    # backbone stay feed-forward
+    recurrent: bool = False
+    gru_hidden: int = 64  # GRU units of a recurrent executor
     # hidden activation of the vector encoder and the embedding MLP ("relu" | "tanh"; the
     # CNN stays ReLU). "tanh" with vec_hidden=(), vec_out=64, gnn_layers=0,
     # embed_hidden=(), embed_dim=64, executor_hidden=() is the 64-64 tanh MLP of the
@@ -96,6 +103,8 @@ class ActorConfig:
         check_int(f"{c}.skill_embed_dim", self.skill_embed_dim, 0)
         check_ints(f"{c}.executor_hidden", self.executor_hidden, 1, allow_empty=True)
         check_number(f"{c}.log_std_init", self.log_std_init)
+        check_bool(f"{c}.recurrent", self.recurrent)
+        check_int(f"{c}.gru_hidden", self.gru_hidden, 1)
         check_bool(f"{c}.squash", self.squash)
         if self.selector_input not in SELECTOR_INPUTS:
             raise ValueError(f"{c}.selector_input must be one of {SELECTOR_INPUTS}, got "

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents.config import ActorConfig
-from agents.layers import MLP, POLICY_GAIN, KeyLike, as_rng
+from agents.layers import MLP, POLICY_GAIN, KeyLike, as_rng, gru_cell
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _ATANH_EPS = 1e-6
@@ -199,10 +199,13 @@ def _cat_entropy(logp: jax.Array) -> jax.Array:
 class Executor(eqx.Module):
     """The gradient-trained action head: input ``[h, skill code, sub-goal]`` -> action
     distribution. The skill code is a one-hot or (``skill_embed_dim > 0``) a learned
-    embedding; the head is Gaussian for ``Box`` and Categorical for ``Discrete``."""
+    embedding; the head is Gaussian for ``Box`` and Categorical for ``Discrete``. A
+    recurrent executor (``ActorConfig.recurrent``) runs that input through a GRU first
+    (:meth:`recur`) and the head reads the GRU's state."""
 
     skill_embed: jax.Array | None  # [K, D] learned skill codes, or None for one-hot
     head: GaussianHead | CategoricalHead
+    gru: eqx.nn.GRUCell | None  # ActorConfig.recurrent: input -> GRU -> head
     num_skills: int = eqx.field(static=True)
     option_features: int = eqx.field(static=True)  # F of the env's OPTION_OBS, 0 without
 
@@ -226,6 +229,9 @@ class Executor(eqx.Module):
             self.skill_embed = None
             code = num_skills
         in_size = embed_dim + code + config.goal_dim + option_features
+        self.gru = gru_cell(rng, in_size, config.gru_hidden) if config.recurrent else None
+        if config.recurrent:
+            in_size = config.gru_hidden
         if isinstance(action_space, gym.spaces.Box):
             self.head = GaussianHead(rng, in_size, action_space, config)
         elif isinstance(action_space, gym.spaces.Discrete):
@@ -254,3 +260,8 @@ class Executor(eqx.Module):
                                  "observation has none")
             parts.append(jnp.einsum("nk,nkf->nf", onehot, option_obs.astype(h.dtype)))
         return jnp.concatenate(parts, axis=-1)
+
+    def recur(self, x: jax.Array, hidden: jax.Array) -> jax.Array:
+        """The GRU's next state ``[N, H]`` from head inputs ``x`` ``[N, ...]`` (see
+        :meth:`inputs`) and the state ``hidden`` ``[N, H]`` entering this step."""
+        return jax.vmap(self.gru)(x, hidden.astype(x.dtype))

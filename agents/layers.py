@@ -77,6 +77,20 @@ class Linear(eqx.Module):
         return x @ self.weight.T + self.bias
 
 
+def gru_cell(key: KeyLike, in_size: int, hidden: int) -> eqx.nn.GRUCell:
+    """Equinox's ``GRUCell`` (one sample: ``cell(x [I], h [H]) -> h [H]``) with orthogonal
+    input and recurrent weights (gain 1, per gate) and zero biases, drawn on the host like
+    every other layer here (see the module docstring)."""
+    rng = as_rng(key)
+    shape = eqx.filter_eval_shape(eqx.nn.GRUCell, in_size, hidden, key=jax.random.key(0))
+    gates = lambda cols: np.concatenate([orthogonal(rng, hidden, cols, 1.0)
+                                         for _ in range(3)])
+    return eqx.tree_at(
+        lambda c: (c.weight_ih, c.weight_hh, c.bias, c.bias_n), shape,
+        (jnp.asarray(gates(in_size)), jnp.asarray(gates(hidden)),
+         jnp.zeros((3 * hidden,), jnp.float32), jnp.zeros((hidden,), jnp.float32)))
+
+
 class Conv2d(eqx.Module):
     """2-D convolution of one channel-first image, padding ``kernel // 2``; orthogonal
     kernel (as an [out, in * k * k] matrix), zero bias."""

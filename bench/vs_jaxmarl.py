@@ -15,7 +15,9 @@ Both sides train on ``MPE_simple_spread_v3`` (3 agents, 26-step episodes) on thi
    ``../shared/anchors/jaxmarl/run_anchor.sh`` (when that folder exists).
 2. **Our best settings** (``BEST_PROBE`` of the listed ``SWEEP``, rerun with ``--sweep``)
    for 0.4M env steps, seeds 0 and 1 in one program, against JaxMARL's MAPPO-RNN
-   (``ALGO=mappo_rnn``) at 0.4M.
+   (``ALGO=mappo_rnn``) at 0.4M; and the same settings with a recurrent executor
+   (``actor.recurrent``, a GRU of MAPPO-RNN's 128 units; nothing else changed or tuned).
+   ``--recurrent-only`` runs just these two.
 
 The speed comparison of 1. runs ``--repeats`` times (default 2), interleaved (anchor, one
 seed, two seeds, anchor, ...), and each side keeps its fastest repeat (all are printed):
@@ -112,6 +114,11 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [
 # Our best settings for 0.4M steps: the sweep's best probe (by validation return);
 # configs/mpe.json holds the same settings (tests/test_jaxmarl.py checks it)
 BEST_PROBE = "lr 2e-3, 8 epochs, 128 units, critic sees time"
+
+
+def recurrent(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with a recurrent executor: a GRU of MAPPO-RNN's 128 units."""
+    return {**settings, "actor": {**settings["actor"], "recurrent": True, "gru_hidden": 128}}
 
 
 def probe(name: str) -> dict[str, Any]:
@@ -232,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleaved repeats of the IPPO-FF speed comparison (fastest kept)")
     p.add_argument("--sweep", action="store_true",
                    help="run the SWEEP that chose the best settings (~20 min) and stop")
+    p.add_argument("--recurrent-only", action="store_true",
+                   help="only the recurrent executor and MAPPO-RNN at 0.4M steps")
     p.add_argument("--probe", action="append", default=None, choices=[n for n, _ in SWEEP],
                    metavar="NAME", help="with --sweep: run only this probe (repeatable)")
     add_json_arg(p)
@@ -260,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     # this shared CPU's speed drifts by tens of percent over minutes, so each side keeps
     # its fastest repeat; returns are the same in every repeat (fixed seeds)
     repeats: dict[str, list[dict[str, Any] | None]] = {}
-    for _ in range(args.repeats):
+    for _ in range(0 if args.recurrent_only else args.repeats):
         if not args.no_anchor:
             repeats.setdefault("jaxmarl_ippo_ff", []).append(anchor("ippo_ff", ippo_steps))
         repeats.setdefault("ours_ippo_settings", []).append(ours(IPPO, ippo_steps, (0,)))
@@ -269,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         repeats.setdefault("ours_ippo_settings_2_seeds", []).append(
             ours(IPPO, ippo_steps, (0, 1)))
     rows = {name: fastest(runs) for name, runs in repeats.items()}
-    rows["ours_best_settings_2_seeds"] = ours(probe(BEST_PROBE), best_steps, (0, 1))
+    if not args.recurrent_only:
+        rows["ours_best_settings_2_seeds"] = ours(probe(BEST_PROBE), best_steps, (0, 1))
+    rows["ours_best_settings_gru_2_seeds"] = ours(recurrent(probe(BEST_PROBE)), best_steps,
+                                                  (0, 1))
     if not args.no_anchor:
         rows["jaxmarl_mappo_rnn"] = anchor("mappo_rnn", best_steps)
     for r in rows.values():

@@ -32,7 +32,12 @@ def actor_executor(actor: FeudalActor, deterministic: bool = True) -> Executor:
     selector's choice. An actor with a ``GoalSelector`` also needs a sub-goal; it gets the
     one its goal head proposes for the current observation (re-proposed every env step,
     where the actor's own rollout holds it for ``selector_period`` steps). Pure, jittable.
+    A recurrent executor has no such stateless form: it is refused.
     """
+    if actor.recurrent:
+        raise ValueError("a recurrent executor (actor.recurrent) carries a GRU state from "
+                         "step to step; the selector-level env's frozen executor is "
+                         "stateless, so it takes feed-forward actors only")
 
     def executor(key: jax.Array, obs: Any, adj: jax.Array, skills: jax.Array) -> jax.Array:
         option: Any = jnp.asarray(skills, jnp.int32)

@@ -65,7 +65,8 @@ def data_devices(config: TrainerConfig, core: SwarmEnv, seed_devices: int = 1) -
                          f"{len(jax.devices())} devices" + (
                              f", {seed_devices} of them split the seeds, leaving {left} "
                              "per seed" if seed_devices > 1 else ""))
-    return mappo.data_devices(config.mappo, left, config.data_parallel)
+    return mappo.data_devices(config.mappo, left, config.data_parallel,
+                              config.actor.recurrent)
 
 
 def compile_key(config: TrainerConfig, core: SwarmEnv, **extra: Any) -> str:

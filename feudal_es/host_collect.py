@@ -211,8 +211,11 @@ class HostCollector:
         finished_team: list[float] = []
         env_reward_sum, team_reward_sum = 0.0, 0.0
         key = ts.key
+        recurrent = ts.actor.recurrent
+        hidden = self._option.hidden if recurrent else None  # the GRU state entering
         for _ in range(cfg.num_steps):
             obs, alive, adj, gstate = self._inputs()
+            first = self._ep_t == 0  # a new array: the episode's first step
             key, sub = jax.random.split(key)
             option, out, value = jax.device_get(self._policy(
                 ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
@@ -238,7 +241,8 @@ class HostCollector:
             steps.append(dict(obs=obs, adj=adj, global_state=gstate, option=option,
                               action=out.action, log_prob=out.log_prob, value=value,
                               reward=np.stack([r.reward for r in results]),
-                              done=np.stack([r.done for r in results]), alive=alive))
+                              done=np.stack([r.done for r in results]), alive=alive,
+                              **({"first": first} if recurrent else {})))
         # bootstrap value after the last step, under the option the selector would choose
         # (no exploration, as the JAX path's collect)
         obs, alive, adj, gstate = self._inputs()
@@ -247,7 +251,8 @@ class HostCollector:
             ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
             self._ep_t))
         traj = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *steps)
-        batch = Batch(last_value=jnp.asarray(last_value), **traj)
+        batch = Batch(last_value=jnp.asarray(last_value), **traj,
+                      **({"hidden": jnp.asarray(hidden)} if recurrent else {}))
         stats = {
             "episodes": float(len(finished_return)),
             "episode_return": float(np.mean(finished_return)) if finished_return else np.nan,

@@ -365,6 +365,9 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     from feudal_es.rundir import default_run_dir
     from feudal_es.theta import selector_theta
 
+    if config.actor.recurrent:
+        raise ValueError("pretrain imitates step by step with a feed-forward executor; "
+                         "actor.recurrent=true is not supported by it")
     env = resolve_env(config.env, config.env_kwargs)
     if env.kind != "jax":
         raise ValueError(f"pretrain needs a bundled env with reference policies, got "

@@ -89,6 +89,7 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         ep_team = ro.ep_team_return + eo.team_reward
         step = dict(
             obs=ro.obs, adj=adj, global_state=gstate, option=option, action=out.action,
+            first=ro.ep_t == 0,
             log_prob=out.log_prob, reward=reward, done=eo.done,
             env_reward=eo.reward.mean(-1), team_reward=eo.team_reward,
             finished_return=ep_return, finished_team=ep_team,
@@ -121,6 +122,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         reward=traj["reward"],
         done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),
         alive=jnp.ones(traj["reward"].shape, jnp.float32), last_value=last_value,
+        **({"first": traj["first"], "hidden": ts.rollout.option.hidden}
+           if actor.recurrent else {}),
     )
     done = traj["done"].astype(jnp.float32)
     episodes = total(done.sum())

@@ -40,13 +40,17 @@ __all__ = ["DATA_AXIS", "data_devices", "data_parallel_seeds_step", "data_parall
 DATA_AXIS = "data"
 
 
-def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0) -> int:
+def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0,
+                 recurrent: bool = False) -> int:
     """How many devices one seed's MAPPO step runs on: ``requested`` (``0``: the most of
     ``available`` that fit) devices ``D`` such that ``D`` divides ``num_envs`` and
-    ``minibatches`` divides each device's ``num_steps * num_envs / D`` samples. An explicit
-    ``requested`` that does not fit raises ``ValueError`` naming the reason."""
+    ``minibatches`` divides each device's ``num_steps * num_envs / D`` samples (for a
+    ``recurrent`` executor, whose minibatches are env copies: its ``num_envs / D``
+    copies). An explicit ``requested`` that does not fit raises ``ValueError`` naming the
+    reason."""
     def fits(d: int) -> bool:
-        return cfg.num_envs % d == 0 and (cfg.batch_size // d) % cfg.minibatches == 0
+        own = cfg.num_envs // d if recurrent else cfg.batch_size // d
+        return cfg.num_envs % d == 0 and own % cfg.minibatches == 0
 
     if requested:
         if requested > available:
@@ -56,7 +60,8 @@ def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0) -> int:
             raise ValueError(
                 f"data_parallel={requested} devices must divide mappo.num_envs "
                 f"({cfg.num_envs}), and mappo.minibatches ({cfg.minibatches}) each device's "
-                f"num_steps * num_envs / {requested} samples")
+                + (f"num_envs / {requested} copies (a recurrent executor)" if recurrent else
+                   f"num_steps * num_envs / {requested} samples"))
         return requested
     return max(d for d in range(1, available + 1) if fits(d))
 

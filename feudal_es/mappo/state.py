@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents import CentralCritic, FeudalActor, GoalOption, executor_filter
+from agents import CentralCritic, FeudalActor, GoalOption, RecurrentOption, executor_filter
 from envs.base import SwarmEnv
 from feudal_es.mappo.config import MAPPOConfig
 
@@ -143,10 +143,17 @@ class Batch(NamedTuple):
     done: jax.Array  # [T, E, N] float, 1 = the agent's episode ended after this step
     alive: jax.Array  # [T, E, N] 1 = agent present (death masking)
     last_value: jax.Array  # [E, N] critic output at the state after the last step
+    # a recurrent executor's sequences (None for a feed-forward one): which steps began
+    # an episode (the GRU state is zeroed there), and the state entering step 0
+    first: jax.Array | None = None  # [T, E] bool
+    hidden: jax.Array | None = None  # [E, N, H]
 
 
 def option_skills(option: Any) -> jax.Array:
-    """The skill indices of options (an array of skills, or a GoalOption)."""
+    """The skill indices of options (an array of skills, or a GoalOption; either in a
+    RecurrentOption)."""
+    if isinstance(option, RecurrentOption):
+        option = option.option
     return option.skill if isinstance(option, GoalOption) else option
 
 

@@ -68,8 +68,15 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     actor_params, critic_params = params
     actor = eqx.combine(actor_params, rest[0])
     critic = eqx.combine(critic_params, rest[1])
-    log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["option"], mb["action"])
-    value = jax.vmap(critic)(mb["global_state"], option_skills(mb["option"]))
+    if actor.recurrent:  # whole sequences: [T, B, ...] leaves, B env copies
+        log_prob, entropy = jax.vmap(actor.evaluate_sequence, in_axes=(1, 1, 1, 1, 1, 0),
+                                     out_axes=1)(mb["obs"], mb["adj"], mb["option"],
+                                                 mb["action"], mb["first"], mb["hidden"])
+        value = jax.vmap(jax.vmap(critic))(mb["global_state"], option_skills(mb["option"]))
+    else:
+        log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["option"],
+                                                     mb["action"])
+        value = jax.vmap(critic)(mb["global_state"], option_skills(mb["option"]))
     mask = mb["alive"]
 
     log_ratio = log_prob - mb["log_prob"]
@@ -103,7 +110,9 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
     """GAE, the value-norm update and advantage normalization; flat ``[T*E, ...]`` data,
     one shuffle per epoch, and the rollout-side metrics. Under a data-parallel ``axis``
     the batch is this device's ``T x E/D`` share: the statistics (value norm, advantage
-    normalization, metrics) are the whole batch's, the shuffle this device's own."""
+    normalization, metrics) are the whole batch's, the shuffle this device's own. A
+    recurrent executor's data stay time-major, ``[T, E, ...]``, and are shuffled by env
+    copy: a minibatch is whole sequences."""
     mm = lambda x, m: _masked_mean(x, m, axis)
     vn = ts.value_norm
     denorm = vn.denormalize if cfg.value_norm else (lambda v: v)
@@ -120,14 +129,17 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
         mean = mm(advantage, alive)
         std = jnp.sqrt(mm((advantage - mean) ** 2, alive))
         advantage = (advantage - mean) / (std + 1e-8)
-    size = batch.reward.shape[0] * batch.reward.shape[1]  # T * E (this device's E)
-    flat = lambda x: x.reshape((size, *x.shape[2:]))
     data = {
         "obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
         "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
         "value": batch.value, "alive": alive, "advantage": advantage, "target": target,
     }
-    data = jax.tree.map(flat, data)
+    if ts.actor.recurrent:  # shuffled by env copy: [T, E, ...] kept, E (this device's)
+        size = batch.reward.shape[1]
+        data.update(first=batch.first, hidden=batch.hidden)
+    else:
+        size = batch.reward.shape[0] * batch.reward.shape[1]  # T * E (this device's E)
+        data = jax.tree.map(lambda x: x.reshape((size, *x.shape[2:])), data)
     key, key_update = jax.random.split(ts.key)
     if axis is not None and jax.lax.axis_size(axis) > 1:  # each device its own shuffle
         key_update = jax.random.fold_in(key_update, jax.lax.axis_index(axis))
@@ -152,7 +164,11 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     actor_tx, critic_tx = make_optimizers(cfg)
     actor_params, actor_rest = trainable(ts.actor)
     critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
-    mb = jax.tree.map(lambda x: x[idx], data)
+    if ts.actor.recurrent:  # idx: env copies; every leaf time-major but the GRU state
+        mb = {k: (v[idx] if k == "hidden" else jax.tree.map(lambda x: x[:, idx], v))
+              for k, v in data.items()}
+    else:
+        mb = jax.tree.map(lambda x: x[idx], data)
     grads, stats = jax.grad(loss, has_aux=True)(
         (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg)
     if axis is not None:  # one all-reduce of one flat vector, not one per leaf
@@ -187,7 +203,7 @@ def update(ts: TrainState, batch: Batch, cfg: MAPPOConfig) -> tuple[TrainState, 
     one, :func:`update_fused` is faster (:func:`uses_fused_update`).
     """
     ts, data, perms, metrics = _prepare_jit(ts, batch, cfg)
-    size = cfg.batch_size // cfg.minibatches
+    size = perms.shape[1] // cfg.minibatches
     stats = []
     for epoch in range(cfg.epochs):
         for m in range(cfg.minibatches):
