@@ -1,6 +1,8 @@
 """Equinox networks of the feudal actor and the centralized critic.
 
 - :class:`FeudalActor` — LPAC backbone, selector heads (ES), executor head (gradient).
+- :class:`GroupedActor` — one feudal actor per group of agents that share their spaces;
+  :func:`make_actor` picks it for an env with ``agent_groups``.
 - :class:`CentralCritic` — MAPPO's centralized value function.
 - :func:`selector_filter` — the one definition of the selector's leaves; with
   :func:`executor_filter` and :func:`es_filter` (what ES evolves).
@@ -12,6 +14,7 @@ from agents.actor import FeudalActor, GoalOption, RecurrentOption
 from agents.backbone import GraphFilter, LPACBackbone, normalize_adjacency
 from agents.config import ActorConfig, CriticConfig
 from agents.critic import CentralCritic
+from agents.grouped import GroupedActor, make_actor
 from agents.heads import (
     ActOut,
     CategoricalHead,
@@ -37,6 +40,7 @@ __all__ = [
     "GoalOption",
     "GoalSelector",
     "GraphFilter",
+    "GroupedActor",
     "LPACBackbone",
     "RecurrentOption",
     "Selector",
@@ -44,6 +48,7 @@ __all__ = [
     "count_params",
     "es_filter",
     "executor_filter",
+    "make_actor",
     "normalize_adjacency",
     "selector_filter",
 ]

@@ -15,8 +15,11 @@ import jax
 
 def selector_filter(actor: eqx.Module) -> eqx.Module:
     """A pytree of bools shaped like ``actor``: True exactly on the selector's inexact
-    array leaves (those of ``actor.selector``)."""
+    array leaves (those of ``actor.selector``; of a ``GroupedActor``, every group's)."""
     spec = jax.tree.map(lambda _: False, actor)
+    if hasattr(actor, "groups") and hasattr(actor, "actors"):  # agents.grouped.GroupedActor
+        return eqx.tree_at(lambda a: a.actors, spec,
+                           tuple(selector_filter(a) for a in actor.actors))
     return eqx.tree_at(
         lambda a: a.selector, spec, jax.tree.map(eqx.is_inexact_array, actor.selector)
     )

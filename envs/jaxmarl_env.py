@@ -1,11 +1,15 @@
 """JaxMARL environments on feudal-es's pure-JAX path, and the bundled envs as JaxMARL ones.
 
-:class:`JaxMARLSwarm` wraps any ``jaxmarl`` ``MultiAgentEnv`` whose agents share one
-observation and one action space (MPE, SMAX, ...) as a :class:`~envs.base.SwarmEnv`, so
-its users train at full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_spread_v3``):
+:class:`JaxMARLSwarm` wraps any ``jaxmarl`` ``MultiAgentEnv`` with flat vector
+observations (MPE, SMAX, ...) as a :class:`~envs.base.SwarmEnv`, so its users train at
+full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_spread_v3``):
 
 - observations: the per-agent dict stacked to ``{"obs": [N, D]}``;
 - actions: ``[N]`` (Discrete) or ``[N, A]`` (Box) back to the per-agent dict;
+- agents with different spaces (``MPE_simple_speaker_listener_v4``, ``MPE_simple_tag_v3``)
+  come in groups (``agent_groups``, :mod:`envs.groups`: one actor per group): each
+  observation zero-padded to the largest, each agent reading its own part of the
+  stacked actions;
 - ``step`` runs the env's ``step_env`` (no auto-reset: feudal-es resets); ``done`` is
   ``dones["__all__"]`` or the horizon; after ``done`` the state is frozen and rewards are
   0, so a fixed-length fitness episode never counts a finished episode twice;
@@ -34,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.base import EnvOut, Obs, SwarmEnv
+from envs.groups import AgentGroup, group_agents, padded_action_space
 from envs.render import AGENT_COLOR, TARGET_COLOR, draw_swarm
 
 __all__ = ["INSTALL_HINT", "AsJaxMARL", "JaxMARLSwarm", "available", "jaxmarl_ids",
@@ -100,6 +105,21 @@ def _space(space: Any, what: str) -> gym.Space:
     raise ValueError(f"{what} space {type(space).__name__} is not supported (Discrete or Box)")
 
 
+class _Groups(tuple):
+    """The env's agent groups as a static field: compared and hashed by what they hold
+    (Gymnasium spaces are not hashable)."""
+
+    def _key(self) -> tuple:
+        return tuple((g.name, g.agents, str(g.observation_space), str(g.action_space))
+                     for g in self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Groups) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
 class JaxMARLSwarm(SwarmEnv):
     """A homogeneous ``jaxmarl`` ``MultiAgentEnv`` behind the SwarmEnv interface (see the
     module docstring). ``max_steps`` is the horizon: the env's ``max_steps + 1`` when it
@@ -112,9 +132,13 @@ class JaxMARLSwarm(SwarmEnv):
     num_agents: int = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
-    obs_size: int = eqx.field(static=True)
-    # ("discrete", n) or ("box", shape, low, high): hashable, unlike Gymnasium spaces
+    obs_size: int = eqx.field(static=True)  # the largest agent's (the others padded)
+    # ("discrete", n) or ("box", shape, low, high): hashable, unlike Gymnasium spaces; of
+    # the stacked (padded) actions
     action: tuple = eqx.field(static=True)
+    obs_sizes: tuple[int, ...] = eqx.field(static=True)  # each agent's own
+    action_sizes: tuple[int, ...] = eqx.field(static=True)  # each agent's Box length (0)
+    groups: tuple[AgentGroup, ...] = eqx.field(static=True)  # one: homogeneous
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
         ("agents", AGENT_COLOR), ("landmarks (MPE)", TARGET_COLOR))
 
@@ -126,13 +150,16 @@ class JaxMARLSwarm(SwarmEnv):
             raise ValueError(f"{name}: the env has no agents")
         obs = [_space(env.observation_space(a), "observation") for a in self.agents]
         act = [_space(env.action_space(a), "action") for a in self.agents]
-        if any(o != obs[0] for o in obs) or any(a != act[0] for a in act):
-            raise ValueError(f"{name}: its agents have different observation or action "
-                             "spaces; feudal-es trains one shared actor, so they must match")
-        if not isinstance(obs[0], gym.spaces.Box) or len(obs[0].shape) != 1:
-            raise ValueError(f"{name}: observations must be flat vectors, got {obs[0]}")
-        self.obs_size = int(obs[0].shape[0])
-        a = act[0]
+        for agent, o in zip(self.agents, obs, strict=True):
+            if not isinstance(o, gym.spaces.Box) or len(o.shape) != 1:
+                raise ValueError(f"{name}: observations must be flat vectors, got {o} for "
+                                 f"agent {agent!r}")
+        self.groups = _Groups(group_agents(self.agents, obs, act, name))
+        self.obs_sizes = tuple(int(o.shape[0]) for o in obs)
+        self.obs_size = max(self.obs_sizes)
+        self.action_sizes = tuple(0 if isinstance(a, gym.spaces.Discrete) else
+                                  int(a.shape[0]) for a in act)
+        a = act[0] if len(self.groups) == 1 else padded_action_space(self.groups)
         self.action = (("discrete", int(a.n)) if isinstance(a, gym.spaces.Discrete) else
                        ("box", a.shape, tuple(a.low.ravel().tolist()),
                         tuple(a.high.ravel().tolist())))
@@ -143,10 +170,17 @@ class JaxMARLSwarm(SwarmEnv):
         self.max_steps = int(horizon) + (max_steps is None)
         self.skill_names = ("reward",)
 
+    @property
+    def agent_groups(self) -> tuple[AgentGroup, ...]:
+        """The agents by their spaces (:mod:`envs.groups`); one group: homogeneous."""
+        return tuple(self.groups)
+
     # --- core ------------------------------------------------------------------------
     def _stack(self, obs: dict) -> Obs:
-        return {"obs": jnp.stack([jnp.asarray(obs[a], jnp.float32).reshape(-1)
-                                  for a in self.agents])}
+        row = lambda a, d: jnp.pad(jnp.asarray(obs[a], jnp.float32).reshape(-1),
+                                   (0, self.obs_size - d))
+        return {"obs": jnp.stack([row(a, d) for a, d in zip(self.agents, self.obs_sizes,
+                                                               strict=True)])}
 
     def reset(self, key: jax.Array) -> tuple[Obs, JaxMARLState]:
         obs, inner = self.env.reset(key)
@@ -155,7 +189,9 @@ class JaxMARLSwarm(SwarmEnv):
 
     def step(self, key: jax.Array, state: JaxMARLState,
              actions: jax.Array) -> tuple[Obs, JaxMARLState, EnvOut]:
-        acts = {a: actions[i] for i, a in enumerate(self.agents)}
+        acts = {a: actions[i] if not size else actions[i, :size]
+                for i, (a, size) in enumerate(zip(self.agents, self.action_sizes,
+                                                  strict=True))}
         obs, inner, rewards, dones, _ = self.env.step_env(key, state.inner, acts)
         live = ~state.over
         reward = jnp.where(live, jnp.stack([jnp.asarray(rewards[a], jnp.float32)

@@ -38,35 +38,41 @@ import gymnasium as gym
 import jax
 import numpy as np
 
+from envs.groups import group_agents, padded_action_space, padded_observation_space
+
 log = logging.getLogger("feudal_es")
 
 
 class HostEnvSpec:
     """Shapes of a PettingZoo env as the actor and critic see them.
 
-    Agents must be homogeneous (one observation and one action space for all).
+    Agents that share one observation and one action space share one actor. Agents with
+    different spaces come in groups (``agent_groups``, :mod:`envs.groups`: one actor per
+    group), their observations stacked zero-padded to the largest
+    (``observation_space``), their actions stacked likewise (``action_space``); each
+    agent's own spaces are ``agent_spaces``.
     """
 
     def __init__(self, env: Any, num_skills: int | None = None):
         self.agents: list[str] = list(env.possible_agents)
         if not self.agents:
             raise ValueError(f"{type(env).__name__} has no possible_agents")
-        first = self.agents[0]
-        self.observation_space = env.observation_space(first)
-        self.action_space = env.action_space(first)
-        for a in self.agents[1:]:
-            obs_space, act_space = env.observation_space(a), env.action_space(a)
-            if obs_space is self.observation_space and act_space is self.action_space:
-                continue  # one shared space object: nothing to compare (many agents)
-            if obs_space != self.observation_space or act_space != self.action_space:
-                raise ValueError(
-                    f"agent {a!r} has other spaces than {first!r} ({obs_space}, {act_space} "
-                    f"vs {self.observation_space}, {self.action_space}): feudal-es trains "
-                    "one shared actor, so all agents need the same observation and action "
-                    "space; --set pad_agents=true pads them to one, with an agent indicator "
-                    "(SuperSuit)"
-                )
-        check_spaces(self.observation_space, self.action_space, f"{type(env).__name__}")
+        name = type(env).__name__
+        obs_spaces = [env.observation_space(a) for a in self.agents]
+        act_spaces = [env.action_space(a) for a in self.agents]
+        for a, o, s in zip(self.agents, obs_spaces, act_spaces, strict=True):
+            try:
+                check_spaces(o, s, name)
+            except ValueError as e:
+                raise ValueError(f"{e} (agent {a!r})") from None
+        self.agent_spaces = dict(zip(self.agents, zip(obs_spaces, act_spaces, strict=True),
+                                     strict=True))
+        self.agent_groups = group_agents(self.agents, obs_spaces, act_spaces, name)
+        if len(self.agent_groups) == 1:
+            self.observation_space, self.action_space = obs_spaces[0], act_spaces[0]
+        else:
+            self.observation_space = padded_observation_space(self.agent_groups)
+            self.action_space = padded_action_space(self.agent_groups)
         names = getattr(env, "skill_names", None)
         self.skill_names = tuple(names) if names else tuple(
             f"skill_{i}" for i in range(num_skills or 1))
@@ -215,7 +221,7 @@ def _check_live_obs(env: Any, obs: Mapping, spec: HostEnvSpec, where: str) -> No
             raise EnvOutputError(f"{where}: agent {a!r} is in env.agents but got no "
                                  "observation")
     for a, x in obs.items():
-        _check_obs(spec.observation_space, x, f"{where} observation of {a!r}")
+        _check_obs(spec.agent_spaces[a][0], x, f"{where} observation of {a!r}")
 
 
 def _check_agent_keys(name: str, call: str, label: str, d: Mapping, spec: HostEnvSpec) -> None:
@@ -233,11 +239,12 @@ def _brief(x: Any) -> str:
 def neutral_actions(spec: HostEnvSpec, agents: Sequence[str]) -> dict:
     """A fixed, valid action per agent (0 / the Box point nearest the origin): the probe
     step :func:`probe_env` takes."""
-    space = spec.action_space
-    if isinstance(space, gym.spaces.Discrete):
-        return {a: 0 for a in agents}
-    zero = np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
-    return {a: zero.copy() for a in agents}
+    out = {}
+    for a in agents:
+        space = spec.agent_spaces[a][1]
+        out[a] = 0 if isinstance(space, gym.spaces.Discrete) else np.clip(
+            np.zeros(space.shape), space.low, space.high).astype(space.dtype)
+    return out
 
 
 def probe_env(env: Any, spec: HostEnvSpec, seed: int = 0) -> None:
@@ -328,6 +335,11 @@ def stack_agents(spec: HostEnvSpec, obs: Mapping[str, Any]) -> tuple[Any, np.nda
     """Per-agent observation dict -> ``(pytree with the agent axis first, alive[N])``:
     agents padded to ``possible_agents`` with zeros, as in MAPPO's death masking."""
     zero = zeros_like_space(spec.observation_space)
+    if len(spec.agent_groups) > 1:  # flat vectors, zero-padded to the largest
+        size = zero.shape[0]
+        row = lambda x: np.pad(np.asarray(x, np.float32).reshape(-1),
+                               (0, size - int(np.size(x))))
+        obs = {a: row(x) for a, x in obs.items()}
     rows = [obs.get(a, zero) for a in spec.agents]
     alive = np.array([a in obs for a in spec.agents], np.float32)
     stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32) for x in xs]),
@@ -348,8 +360,13 @@ def env_actions(spec: HostEnvSpec, actions: np.ndarray, live: Sequence[str]) -> 
     """The actor's ``[N, ...]`` actions as the env's per-agent dict, for the live agents."""
     if isinstance(spec.action_space, gym.spaces.Discrete):
         return {a: int(actions[spec.agent_index[a]]) for a in live}
-    dtype = spec.action_space.dtype
-    return {a: np.asarray(actions[spec.agent_index[a]], dtype) for a in live}
+    out = {}
+    for a in live:  # a grouped agent reads its own length of the stacked action
+        space = spec.agent_spaces[a][1]
+        out[a] = np.asarray(actions[spec.agent_index[a]][: space.shape[0]]
+                            if len(spec.agent_groups) > 1 else
+                            actions[spec.agent_index[a]], space.dtype)
+    return out
 
 
 def team_reward(infos: Mapping, rewards: Mapping) -> float:

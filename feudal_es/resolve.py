@@ -282,9 +282,9 @@ def _reason(env_id: str, err: Exception) -> str:
 def trainable_ids(env_ids: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """``(trainable, refused)``: which of ``env_ids`` (registry ids or ``jaxmarl/<name>``,
     not bundled ones) a run accepts, and for each refused id why, in one line: each env
-    is made once with its default arguments and checked as a run checks it (one shared
-    observation and action space the actor can read: :class:`HostEnvSpec`, or the
-    JaxMARL adapter's checks). Made, not trained: an env that fails later is not seen."""
+    is made once with its default arguments and checked as a run checks it (spaces the
+    actor can read, agents that differ in groups it can form: :class:`HostEnvSpec`, or
+    the JaxMARL adapter's checks). Made, not trained: an env that fails later is not seen."""
     import warnings
 
     from feudal_es.pettingzoo_host import HostEnvSpec

@@ -272,9 +272,9 @@ def _culprits(stored: Any, changed: list[str], overrides: dict[str, Any],
             resolved = resolve_stored_env(stored.env, kwargs, stored.imports, env, path)
             if resolved.kind != "jax":
                 return []
-            from agents.actor import FeudalActor
+            from agents import make_actor
 
-            actor = FeudalActor.from_env(jax.random.key(0), resolved.core, stored.actor)
+            actor = make_actor(jax.random.key(0), resolved.core, stored.actor)
         except Exception:
             return []
         if _first_difference(built, _actor_leaves(actor)) is not None:

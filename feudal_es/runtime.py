@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import CentralCritic, FeudalActor
+from agents import CentralCritic, FeudalActor, make_actor
 from envs.base import has_option_goals
 from envs.gif import episode_info
 from feudal_es import budget, es, mappo
@@ -88,8 +88,7 @@ class JaxRuntime:
     def init_train_state(self, key: jax.Array) -> mappo.TrainState:
         """A fresh actor and critic and ``mappo.num_envs`` reset env copies."""
         k_actor, k_critic, k_state = jax.random.split(key, 3)
-        actor = _initial(FeudalActor.from_env(k_actor, self.core, self.config.actor),
-                         self.config)
+        actor = _initial(make_actor(k_actor, self.core, self.config.actor), self.config)
         critic = CentralCritic.from_env(k_critic, self.core, self.config.critic)
         return self.fns.init_state(k_state, self.core, actor, critic, self.config.mappo)
 
@@ -234,8 +233,7 @@ class HostRuntime:
             raise ValueError(f"critic.time_input needs a fixed episode horizon; env "
                              f"{cfg.env!r} runs on the host path, whose episodes end when "
                              "the env says (set critic.time_input false)")
-        actor = _initial(FeudalActor(k_actor, spec.observation_space, spec.action_space,
-                                     spec.num_skills, cfg.actor), cfg)
+        actor = _initial(make_actor(k_actor, spec, cfg.actor), cfg)
         critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,
                                spec.num_skills, cfg.critic)
         if self.collector is not None:  # built again (a template for a checkpoint)

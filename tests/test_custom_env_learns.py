@@ -206,16 +206,27 @@ class Mixed(user_envs.Gather):
 pettingzoo.register("parallel", "tests/MixedGather-v0", entry_point=Mixed)
 
 
+class MixedKinds(user_envs.Gather):
+    """Gather whose last robot acts in a Discrete space: agents in groups must all act in
+    Discrete or all in Box spaces, so it does not train."""
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(3) if agent == self.possible_agents[-1] else \
+            self._act_space
+
+
+pettingzoo.register("parallel", "tests/MixedKinds-v0", entry_point=MixedKinds)
+
+
 def test_envs_lists_only_what_trains_and_says_why_the_rest_does_not(monkeypatch, capsys):
-    ok, refused = trainable_ids([GATHER, "tests/MixedGather-v0"])
-    assert ok == [GATHER]
-    assert "other spaces than 'robot_0'" in refused["tests/MixedGather-v0"]
+    ok, refused = trainable_ids([GATHER, "tests/MixedGather-v0", "tests/MixedKinds-v0"])
+    assert ok == [GATHER, "tests/MixedGather-v0"]  # agents in groups
+    assert "others in Box spaces" in refused["tests/MixedKinds-v0"]
     if jaxmarl_available():
         ok, refused = trainable_ids(["jaxmarl/MPE_simple_spread_v3",
                                      "jaxmarl/MPE_simple_tag_v3"])
-        assert ok == ["jaxmarl/MPE_simple_spread_v3"]
-        assert refused["jaxmarl/MPE_simple_tag_v3"].startswith(
-            "its agents have different observation or action spaces")
+        assert ok == ["jaxmarl/MPE_simple_spread_v3", "jaxmarl/MPE_simple_tag_v3"]
+        assert not refused
 
     def fake(ids):  # what the listing does with the answer (making every env is slow)
         bad = {i: "its agents have different observation or action spaces" for i in ids

@@ -114,9 +114,10 @@ def test_after_the_end_the_state_is_frozen_and_scores_nothing():
     assert all(r != 0 for r in rewards[:5]) and rewards[5:] == [0.0, 0.0, 0.0]
 
 
-def test_heterogeneous_and_unknown_envs_are_refused():
-    with pytest.raises(ValueError, match="different observation or action spaces"):
-        make_jaxmarl("MPE_simple_tag_v3")
+def test_unknown_envs_are_refused_and_heterogeneous_ones_come_in_groups():
+    tag = make_jaxmarl("MPE_simple_tag_v3")
+    assert [(g.name, g.agents) for g in tag.agent_groups] == [("adversary", (0, 1, 2)),
+                                                              ("agent", (3,))]
     with pytest.raises(ValueError, match=r"did you mean \['MPE_simple_spread_v3'"):
         make_jaxmarl("MPE_simple_spraed_v3")
     assert "MPE_simple_spread_v3" in jaxmarl_ids()

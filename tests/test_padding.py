@@ -2,9 +2,9 @@
 (``TrainerConfig.pad_agents``, :mod:`feudal_es.padding`), on the host path.
 
 Oracles: the runtime's env is exactly SuperSuit's three wrappers applied by hand to the
-raw env (same observations, same spaces, same rewards for the same actions); without
-``pad_agents`` the env is refused naming the agent, its spaces and the setting; a padded
-run trains, checkpoints and resumes."""
+raw env (same observations, same spaces, same rewards for the same actions); a padded
+run trains, checkpoints and resumes. Without ``pad_agents`` the same env trains in agent
+groups (tests/test_groups.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from hetero_envs import SpeakerListener
 
 from feudal_es.config import TrainerConfig
 from feudal_es.padding import Padded
-from feudal_es.resolve import ResolvedEnv
 from feudal_es.trainer import ESTrainer
 
 supersuit = pytest.importorskip("supersuit")
@@ -31,18 +30,6 @@ CONFIG = TrainerConfig(
     es=dict(pop_size=2, sigma=0.5, lr=0.1), actor={**TINY_ACTOR, "selector_period": 2},
     critic=dict(hidden=[16]), mappo=dict(num_envs=2, num_steps=5, epochs=1, minibatches=1),
     checkpoint_every=1, plot_every=100, gif=False, pad_agents=True)
-
-
-def trainer(run_dir, config: TrainerConfig = CONFIG) -> ESTrainer:
-    """A trainer of ``config`` on the unregistered toy env (its factory given)."""
-    return ESTrainer(config, run_dir,
-                     resolved=ResolvedEnv(config.env, "host", make=SpeakerListener))
-
-
-def test_without_padding_the_env_is_refused_naming_the_setting(tmp_path):
-    with pytest.raises(ValueError, match=r"'listener_0' has other spaces.*pad_agents=true"):
-        trainer(tmp_path / "run", TrainerConfig.from_dict({**CONFIG.to_dict(),
-                                                           "pad_agents": False}))
 
 
 def test_the_padded_env_is_supersuits_wrappers_applied_by_hand():

@@ -1,0 +1,210 @@
+"""``GroupedActor``: one :class:`~agents.actor.FeudalActor` per group of agents.
+
+Agents with different spaces (``envs.groups``) get one feudal actor per group, its
+parameters shared by the group's agents, as BenchMARL's agent groups. The grouped actor
+has the feudal actor's rollout-facing API on the env's one agent axis (observations
+padded to the largest, actions stacked; see :mod:`envs.groups`), so MAPPO, the ES
+rollouts, evaluation and checkpoints run it unchanged: each method cuts every group's
+rows out (their observations to their own size, the comm graph to the group's agents),
+runs that group's actor, and puts the results back in agent order. The selector's
+leaves are every group's selector's (:func:`agents.selector_filter`): ES evolves them
+together on the team fitness; MAPPO trains every group's executor.
+
+Every group's actor has the same ``ActorConfig`` (sizes, option period, recurrence), so
+their options and GRU states stack; sub-goals (``goal_dim``) and a selector reading the
+env's ``selector_obs`` are not offered for groups. Within a group, graph communication
+runs among the group's agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents.actor import FeudalActor, Option
+from agents.config import ActorConfig
+from agents.heads import ActOut
+from agents.layers import KeyLike, as_rng
+from envs.groups import AgentGroup
+
+
+def _group_space(space: gym.Space, size: int) -> gym.Space:
+    """The env's (padded) per-agent observation space with its one vector cut to
+    ``size``: a flat ``Box``, or a ``Dict`` holding exactly one."""
+    box = lambda: gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return box()
+    if isinstance(space, gym.spaces.Dict) and len(space.spaces) == 1:
+        (name, inner), = space.spaces.items()
+        if isinstance(inner, gym.spaces.Box) and len(inner.shape) == 1:
+            return gym.spaces.Dict({name: box()})
+    raise ValueError(f"agents in groups read one flat observation vector, got {space}")
+
+
+class GroupedActor(eqx.Module):
+    """One :class:`FeudalActor` per :class:`~envs.groups.AgentGroup` (see the module
+    docstring); built from the groups, the env's padded per-agent observation space and
+    its option count."""
+
+    actors: tuple[FeudalActor, ...]
+    groups: tuple[tuple[int, ...], ...] = eqx.field(static=True)  # agent indices per group
+    names: tuple[str, ...] = eqx.field(static=True)
+    obs_sizes: tuple[int, ...] = eqx.field(static=True)
+    action_sizes: tuple[int, ...] = eqx.field(static=True)  # Box lengths (Discrete: 0)
+    num_agents: int = eqx.field(static=True)
+
+    def __init__(self, key: KeyLike, groups: Sequence[AgentGroup], obs_space: gym.Space,
+                 num_skills: int, config: ActorConfig | None = None):
+        config = ActorConfig() if config is None else config
+        if config.goal_dim > 0:
+            raise ValueError("ActorConfig.goal_dim > 0 (sub-goals) is not offered for agents "
+                             "in groups")
+        if config.selector_input != "embedding":
+            raise ValueError(f"ActorConfig.selector_input={config.selector_input!r} reads the "
+                             "env's selector_obs, which agents in groups do not have; use "
+                             "'embedding'")
+        rngs = as_rng(key).spawn(len(groups))
+        self.actors = tuple(
+            FeudalActor(r, _group_space(obs_space, g.obs_size), g.action_space, num_skills,
+                        config) for r, g in zip(rngs, groups, strict=True))
+        self.groups = tuple(tuple(int(i) for i in g.agents) for g in groups)
+        self.names = tuple(g.name for g in groups)
+        self.obs_sizes = tuple(g.obs_size for g in groups)
+        self.action_sizes = tuple(0 if isinstance(g.action_space, gym.spaces.Discrete)
+                                  else g.action_size for g in groups)
+        self.num_agents = sum(len(g) for g in self.groups)
+        if sorted(i for g in self.groups for i in g) != list(range(self.num_agents)):
+            raise ValueError(f"the groups' agents {self.groups} must be 0..N-1, each once")
+
+    # --- what every group shares (one ActorConfig) -------------------------------------
+    @property
+    def num_skills(self) -> int:
+        return self.actors[0].num_skills
+
+    @property
+    def goal_dim(self) -> int:
+        return self.actors[0].goal_dim
+
+    @property
+    def options(self) -> str:
+        return self.actors[0].options
+
+    @property
+    def fixed_option(self) -> int:
+        return self.actors[0].fixed_option
+
+    @property
+    def selector_period(self) -> int:
+        return self.actors[0].selector_period
+
+    @property
+    def option_ends(self) -> bool:
+        return self.actors[0].option_ends
+
+    @property
+    def selector_input(self) -> str:
+        return self.actors[0].selector_input
+
+    @property
+    def recurrent(self) -> bool:
+        return self.actors[0].recurrent
+
+    # --- rows of a group, and back ------------------------------------------------------
+    def _rows(self, g: int, tree: Any, axis: int = 0) -> Any:
+        idx = np.asarray(self.groups[g])
+        return jax.tree.map(lambda x: jnp.take(x, idx, axis=axis), tree)
+
+    def _obs(self, g: int, obs: Any, axis: int = 0) -> Any:
+        return jax.tree.map(lambda x: x[..., : self.obs_sizes[g]], self._rows(g, obs, axis))
+
+    def _adj(self, g: int, adj: jax.Array) -> jax.Array:
+        idx = np.asarray(self.groups[g])
+        return adj[..., idx[:, None], idx[None, :]]
+
+    def _action(self, g: int, action: jax.Array) -> jax.Array:
+        """A stacked action's group rows cut to the group's Box length (Discrete: as is)."""
+        return action if not self.action_sizes[g] else action[..., : self.action_sizes[g]]
+
+    def _pad_action(self, g: int, out: ActOut) -> ActOut:
+        width = max(self.action_sizes)
+        if not self.action_sizes[g] or self.action_sizes[g] == width:
+            return out
+        pad = lambda x: jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])
+        return out._replace(action=pad(out.action), env_action=pad(out.env_action))
+
+    def _merge(self, parts: Sequence[Any], axis: int = 0) -> Any:
+        """Group results (agent axis ``axis``) back into agent order."""
+        order = np.argsort(np.concatenate([np.asarray(g) for g in self.groups]))
+        return jax.tree.map(lambda *xs: jnp.take(jnp.concatenate(xs, axis=axis), order,
+                                                 axis=axis), *parts)
+
+    def _each(self, fn: Callable[[int, FeudalActor], Any], axis: int = 0) -> Any:
+        return self._merge([fn(g, a) for g, a in enumerate(self.actors)], axis)
+
+    # --- the FeudalActor API on the env's agent axis ------------------------------------
+    def embed(self, obs: Any, adj: jax.Array) -> jax.Array:
+        return self._each(lambda g, a: a.embed(self._obs(g, obs), self._adj(g, adj)))
+
+    def selector_in(self, obs: Any, adj: jax.Array) -> jax.Array:
+        return self._each(lambda g, a: a.selector_in(self._obs(g, obs), self._adj(g, adj)))
+
+    def skill_logits(self, obs: Any, adj: jax.Array) -> jax.Array:
+        return self._each(lambda g, a: a.skill_logits(self._obs(g, obs), self._adj(g, adj)))
+
+    def initial_option(self, num_agents: int) -> Option:
+        return self.actors[0].initial_option(num_agents)
+
+    def options_done(self, env: Any, state: Any) -> jax.Array | None:
+        return env.skill_done(state) if self.option_ends else None
+
+    def select_option(self, obs: Any, adj: jax.Array, prev: Option, t: jax.Array,
+                      key: jax.Array | None = None, done: jax.Array | None = None) -> Option:
+        return self._each(lambda g, a: a.select_option(
+            self._obs(g, obs), self._adj(g, adj), self._rows(g, prev), t,
+            None if key is None else jax.random.fold_in(key, g),
+            None if done is None else self._rows(g, done)))
+
+    def act(self, key: jax.Array, obs: Any, adj: jax.Array, option: Option,
+            deterministic: bool = False) -> ActOut:
+        return self._each(lambda g, a: self._pad_action(g, a.act(
+            jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
+            self._rows(g, option), deterministic)))
+
+    def step(self, key: jax.Array, obs: Any, adj: jax.Array, prev: Option, t: jax.Array,
+             deterministic: bool = False, explore: float = 0.0,
+             done: jax.Array | None = None) -> tuple[Option, ActOut]:
+        parts = [a.step(jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
+                        self._rows(g, prev), t, deterministic, explore,
+                        None if done is None else self._rows(g, done))
+                 for g, a in enumerate(self.actors)]
+        return (self._merge([p[0] for p in parts]),
+                self._merge([self._pad_action(g, p[1]) for g, p in enumerate(parts)]))
+
+    def evaluate(self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+        return self._each(lambda g, a: a.evaluate(
+            self._obs(g, obs), self._adj(g, adj), self._rows(g, option),
+            self._action(g, self._rows(g, action))))
+
+    def evaluate_sequence(self, obs: Any, adj: jax.Array, option: Option, action: jax.Array,
+                          first: jax.Array, hidden: jax.Array
+                          ) -> tuple[jax.Array, jax.Array]:
+        return self._each(lambda g, a: a.evaluate_sequence(
+            self._obs(g, obs, 1), self._adj(g, adj), self._rows(g, option, 1),
+            self._action(g, self._rows(g, action, 1)), first, self._rows(g, hidden)),
+            axis=1)
+
+
+def make_actor(key: KeyLike, env: Any, config: ActorConfig | None = None) -> Any:
+    """The actor for ``env``: a :class:`GroupedActor` when its agents come in more than
+    one group (``env.agent_groups``), else a :class:`FeudalActor` (``from_env``)."""
+    groups = tuple(getattr(env, "agent_groups", ()) or ())
+    if len(groups) > 1:
+        return GroupedActor(key, groups, env.observation_space, len(env.skill_names), config)
+    return FeudalActor.from_env(key, env, config)

@@ -1,0 +1,200 @@
+"""Agents with different spaces in groups, one actor per group (``envs.groups``,
+``agents.GroupedActor``), on the host path (a PettingZoo toy env: a speaker and a
+listener) and the JAX path (JaxMARL's MPE speaker-listener).
+
+Oracles: each group's actor run on the env's own, unpadded observations (a plain loop
+over groups) gives what the grouped actor gives on the stacked ones; the partition
+holds leaf by leaf (every group's selector is ES's, MAPPO leaves them bit-identical and
+trains every group's executor); the adapters agree with the raw envs stepped by hand;
+a grouped run resumes bit for bit."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pettingzoo
+import pytest
+from helpers import TINY_ACTOR
+from hetero_envs import SpeakerListener
+
+from agents import ActorConfig, FeudalActor, GroupedActor, make_actor, selector_filter
+from envs.groups import group_agents, padded_action_space, padded_observation_space
+from feudal_es.config import TrainerConfig
+from feudal_es.pettingzoo_host import HostEnvSpec, env_actions, stack_agents
+from feudal_es.theta import es_theta, set_es_theta
+from feudal_es.trainer import ESTrainer
+
+ACTOR = ActorConfig(vec_hidden=(), vec_out=8, gnn_hops=1, gnn_layers=1, gnn_features=8,
+                    embed_hidden=(), embed_dim=8, executor_hidden=(8,), selector_period=2)
+
+
+def test_agents_are_grouped_by_their_spaces_and_what_cannot_be_is_named():
+    env = SpeakerListener()
+    spec = HostEnvSpec(env, num_skills=2)
+    (speaker, listener) = spec.agent_groups
+    assert (speaker.name, speaker.agents, speaker.obs_size, speaker.action_size) == \
+        ("speaker", (0,), 3, 3)
+    assert (listener.name, listener.agents, listener.obs_size, listener.action_size) == \
+        ("listener", (1,), 4, 5)
+    assert spec.observation_space.shape == (4,) and spec.action_space == gym.spaces.Discrete(5)
+    box = lambda n: gym.spaces.Box(-1.0, 1.0, (n,), np.float32)
+    same = group_agents(["a_0", "a_1", "b_0"], [box(2), box(2), box(2)],
+                        [box(1), box(1), box(1)])
+    assert len(same) == 1 and same[0].agents == (0, 1, 2)
+    three = group_agents(["a_0", "b_0", "a_1"], [box(2), box(3), box(2)],
+                         [box(1), box(2), box(1)])
+    assert [(g.name, g.agents) for g in three] == [("a", (0, 2)), ("b", (1,))]
+    assert padded_observation_space(three).shape == (3,)
+    assert padded_action_space(three).shape == (2,)
+    with pytest.raises(ValueError, match=r"others in Box spaces"):
+        group_agents(["a_0", "b_0"], [box(2), box(3)], [box(1), gym.spaces.Discrete(2)])
+    with pytest.raises(ValueError, match="agent 'b_0' has observation space Dict"):
+        group_agents(["a_0", "b_0"], [box(2), gym.spaces.Dict({"x": box(2)})],
+                     [box(1), box(1)])
+
+
+def test_the_grouped_actor_is_each_groups_actor_on_its_own_observations():
+    """Plain loop over groups on the env's raw per-agent dict: each group's FeudalActor on
+    its agents' unpadded observations gives the grouped actor's options, actions,
+    log-probs and (re-)evaluations on the stacked, padded ones."""
+    env = SpeakerListener()
+    spec = HostEnvSpec(env, num_skills=2)
+    actor = make_actor(jax.random.key(0), spec, ACTOR)
+    assert isinstance(actor, GroupedActor) and actor.names == ("speaker", "listener")
+    raw, _ = env.reset(seed=4)
+    stacked, _ = stack_agents(spec, raw)
+    assert stacked.shape == (2, 4) and stacked[0, 3] == 0.0  # the speaker's padding
+    adj = jnp.asarray(1.0 - np.eye(2, dtype=np.float32))
+    key = jax.random.key(5)
+    option, out = actor.step(key, jnp.asarray(stacked), adj, actor.initial_option(2),
+                             jnp.asarray(0))
+    for g, (group, sub) in enumerate(zip(spec.agent_groups, actor.actors, strict=True)):
+        (i,) = group.agents
+        obs = jnp.asarray(raw[spec.agents[i]])[None]
+        o, mine = sub.step(jax.random.fold_in(key, g), obs, jnp.zeros((1, 1)),
+                           sub.initial_option(1), jnp.asarray(0))
+        assert int(o[0]) == int(option[i])
+        assert int(mine.action[0]) == int(out.action[i])
+        assert int(out.action[i]) < group.action_size  # never outside its own space
+        np.testing.assert_allclose(float(mine.log_prob[0]), float(out.log_prob[i]),
+                                   rtol=1e-6)
+        lp, _ = sub.evaluate(obs, jnp.zeros((1, 1)), o, mine.action)
+        lp_all, _ = actor.evaluate(jnp.asarray(stacked), adj, option, out.action)
+        np.testing.assert_allclose(float(lp[0]), float(lp_all[i]), rtol=1e-6)
+    # the env receives each agent's action in its own space
+    acts = env_actions(spec, np.asarray(out.env_action), spec.agents)
+    assert set(acts) == set(spec.agents) and all(isinstance(a, int) for a in acts.values())
+
+
+def test_the_selector_partition_holds_for_every_group():
+    """ES's theta is every group's selector (and writes both back); the rest is the
+    executors'."""
+    spec = HostEnvSpec(SpeakerListener(), num_skills=2)
+    actor = make_actor(jax.random.key(0), spec, ACTOR)
+    spec_tree = selector_filter(actor)
+    for sub, flags in zip(actor.actors, spec_tree.actors, strict=True):
+        own = sum(x.size for x in jax.tree.leaves(eqx.filter(
+            sub.selector, eqx.is_inexact_array)))
+        marked = sum(x.size for x, f in zip(
+            jax.tree.leaves(sub), jax.tree.leaves(flags), strict=True) if f)
+        assert own == marked > 0
+    theta = es_theta(actor, "selector")
+    assert theta.size == sum(sum(x.size for x in jax.tree.leaves(
+        eqx.filter(a.selector, eqx.is_inexact_array))) for a in actor.actors)
+    moved = set_es_theta(actor, theta + 1.0, "selector")
+    for a, b in zip(actor.actors, moved.actors, strict=True):
+        for x, y in zip(jax.tree.leaves(eqx.filter(a.selector, eqx.is_inexact_array)),
+                        jax.tree.leaves(eqx.filter(b.selector, eqx.is_inexact_array)),
+                        strict=True):
+            np.testing.assert_allclose(np.asarray(y), np.asarray(x) + 1.0)
+        for x, y in zip(jax.tree.leaves(eqx.filter(a.executor, eqx.is_inexact_array)),
+                        jax.tree.leaves(eqx.filter(b.executor, eqx.is_inexact_array)),
+                        strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+pettingzoo.register("parallel", "tests/SpeakerListener-v0", entry_point=SpeakerListener)
+CONFIG = TrainerConfig(
+    env="tests/SpeakerListener-v0", mode="merl", n_outer=2, episodes=2, seed=1, num_skills=2,
+    es=dict(pop_size=2, sigma=0.5, lr=0.1), actor={**TINY_ACTOR, "selector_period": 2},
+    critic=dict(hidden=[16]), mappo=dict(num_envs=2, num_steps=5, epochs=1, minibatches=1),
+    checkpoint_every=1, plot_every=100, gif=False)
+
+
+def _leaves(tree):
+    return [jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+            else x for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
+
+
+def test_a_grouped_host_run_trains_every_group_and_resumes(tmp_path):
+    """Without padding the speaker and the listener train as two groups, by id as the CLI
+    names it: MAPPO moves both executors; the run checkpoints and resumes (a host run's
+    env copies restart their episodes on resume, so not bit for bit: the JAX path's is,
+    below)."""
+    t = ESTrainer(CONFIG, tmp_path / "a")
+    before = t.ts.actor
+    assert [h["round"] for h in t.run()] == [0, 1]
+    after = t.ts.actor
+    assert isinstance(after, GroupedActor)
+    for a, b in zip(before.actors, after.actors, strict=True):
+        moved = [not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(
+            jax.tree.leaves(eqx.filter(a.executor, eqx.is_inexact_array)),
+            jax.tree.leaves(eqx.filter(b.executor, eqx.is_inexact_array)), strict=True)]
+        assert any(moved)
+    resumed = ESTrainer.resume(tmp_path / "a", n_outer=3)
+    assert resumed.round == 2 and isinstance(resumed.ts.actor, GroupedActor)
+    for x, y in zip(_leaves(after), _leaves(resumed.ts.actor), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    resumed.run()
+    assert (tmp_path / "a" / "ckpt_00000003.safetensors").is_file()
+
+
+def test_a_grouped_jax_run_resumes_bit_for_bit(tmp_path):
+    """JaxMARL's speaker-listener on the JAX path: 2 rounds straight == 1 round, its
+    checkpoint and 1 resumed round, every leaf (one program, one machine)."""
+    pytest.importorskip("jaxmarl")
+    cfg = TrainerConfig(
+        env="jaxmarl/MPE_simple_speaker_listener_v4", mode="merl", n_outer=2, episodes=1,
+        seed=3, es=dict(pop_size=2, sigma=0.1, lr=0.05), actor=dict(
+            vec_hidden=[], vec_out=8, gnn_layers=0, embed_hidden=[], embed_dim=8,
+            executor_hidden=[8]), critic=dict(hidden=[8]),
+        mappo=dict(num_envs=2, num_steps=8, epochs=1, minibatches=2), checkpoint_every=1,
+        plot_every=100, gif=False)
+    straight = ESTrainer(cfg, tmp_path / "a")
+    straight.run()
+    assert isinstance(straight.ts.actor, GroupedActor)
+    ESTrainer(cfg.override({"n_outer": 1}), tmp_path / "b").run()
+    resumed = ESTrainer.resume(tmp_path / "b", n_outer=2)
+    resumed.run()
+    for x, y in zip(_leaves(straight.state), _leaves(resumed.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_jaxmarls_speaker_listener_stacks_what_its_agents_see_and_do():
+    """The JAX-path adapter against the JaxMARL env stepped by hand: each agent's row is
+    its own observation then zeros, each agent gets its own action, same rewards."""
+    pytest.importorskip("jaxmarl")
+    from envs.jaxmarl_env import make_jaxmarl
+
+    env = make_jaxmarl("MPE_simple_speaker_listener_v4")
+    inner = env.env
+    assert [g.name for g in env.agent_groups] == ["speaker", "listener"]
+    obs, state = env.reset(jax.random.key(0))
+    raw, inner_state = inner.reset(jax.random.key(0))
+    for i, a in enumerate(inner.agents):
+        d = raw[a].shape[0]
+        np.testing.assert_array_equal(np.asarray(obs["obs"][i, :d]), np.asarray(raw[a]))
+        assert not np.any(np.asarray(obs["obs"][i, d:]))
+    actions = jnp.asarray([2, 4], jnp.int32)
+    _, _, out = env.step(jax.random.key(1), state, actions)
+    _, _, rewards, _, _ = inner.step_env(jax.random.key(1), inner_state,
+                                         {a: actions[i] for i, a in enumerate(inner.agents)})
+    np.testing.assert_allclose(np.asarray(out.reward),
+                               [float(rewards[a]) for a in inner.agents], rtol=1e-6)
+    actor = make_actor(jax.random.key(0), env, ACTOR)
+    assert isinstance(actor, GroupedActor) and all(isinstance(a, FeudalActor)
+                                                   for a in actor.actors)
+    assert [a.executor.head.logits.layers[-1].bias.shape[0] for a in actor.actors] == [3, 5]
