@@ -16,8 +16,14 @@ Both sides train on ``MPE_simple_spread_v3`` (3 agents, 26-step episodes) on thi
 2. **Our best settings** (``BEST_PROBE`` of the listed ``SWEEP``, rerun with ``--sweep``)
    for 0.4M env steps, seeds 0 and 1 in one program, against JaxMARL's MAPPO-RNN
    (``ALGO=mappo_rnn``) at 0.4M; and the same settings with a recurrent executor
-   (``actor.recurrent``, a GRU of MAPPO-RNN's 128 units; nothing else changed or tuned).
+   (``actor.recurrent``, a GRU of MAPPO-RNN's 128 units, trained on 16-step sequences;
+   nothing else changed or tuned).
    ``--recurrent-only`` runs just these two.
+3. ``--speaker-listener``: ``MPE_simple_speaker_listener_v4`` (a speaker and a listener
+   with different spaces) at IPPO-FF's settings and budget (1M env steps), 10 seeds in
+   one program per arm: agent groups (one actor each, the default) against one padded
+   shared actor (``pad_agents``, SuperSuit-style), and JaxMARL's IPPO-FF on it through
+   the anchor (which reports why it cannot run there, if it cannot).
 
 The speed comparison of 1. runs ``--repeats`` times (default 2), interleaved (anchor, one
 seed, two seeds, anchor, ...), and each side keeps its fastest repeat (all are printed):
@@ -54,7 +60,7 @@ from bench.common import Report, add_json_arg, markdown_table, train_timed
 ROOT = Path(__file__).resolve().parents[1]
 ANCHOR = ROOT.parent / "shared" / "anchors" / "jaxmarl" / "run_anchor.sh"
 ENV = "MPE_simple_spread_v3"
-AGENTS = 3  # logged returns are 3 x our team return
+SPEAKER_LISTENER = "MPE_simple_speaker_listener_v4"  # two agents with different spaces
 
 # JaxMARL IPPO-FF's settings (IPPO/config/ippo_ff_mpe.yaml), as feudal-es config fields
 IPPO = dict(
@@ -116,9 +122,17 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [
 BEST_PROBE = "lr 2e-3, 8 epochs, 128 units, critic sees time"
 
 
+# a recurrent executor's training sequences: 16-step pieces of the 128-step collection
+# (the MAPPO paper's data_chunk_length is 10; 16 is the nearest length that divides
+# 128), set before any run, not swept
+SEQUENCE_LENGTH = 16
+
+
 def recurrent(settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` with a recurrent executor: a GRU of MAPPO-RNN's 128 units."""
-    return {**settings, "actor": {**settings["actor"], "recurrent": True, "gru_hidden": 128}}
+    """``settings`` with a recurrent executor: a GRU of MAPPO-RNN's 128 units, trained on
+    :data:`SEQUENCE_LENGTH`-step sequences."""
+    return {**settings, "mappo": {**settings["mappo"], "sequence_length": SEQUENCE_LENGTH},
+            "actor": {**settings["actor"], "recurrent": True, "gru_hidden": 128}}
 
 
 def probe(name: str) -> dict[str, Any]:
@@ -129,14 +143,17 @@ def probe(name: str) -> dict[str, Any]:
 
 
 def trainer_config(settings: dict[str, Any], rounds: int, grad_steps: int,
-                   seeds: tuple[int, ...], data_parallel: int = 0) -> Any:
-    """``--mode mappo`` on ``jaxmarl/MPE_simple_spread_v3`` with ``settings`` (a
-    :func:`probe`'s or :data:`IPPO`), ``rounds`` rounds of ``grad_steps`` steps, the lr
-    annealed over them; no checkpoints, plots or GIF in between."""
+                   seeds: tuple[int, ...], data_parallel: int = 0, env: str = ENV,
+                   pad: bool = False) -> Any:
+    """``--mode mappo`` on ``jaxmarl/<env>`` (``MPE_simple_spread_v3``) with ``settings``
+    (a :func:`probe`'s or :data:`IPPO`), ``rounds`` rounds of ``grad_steps`` steps, the
+    lr annealed over them; no checkpoints, plots or GIF in between. ``pad``: agents with
+    different spaces behind one padded actor instead of in groups."""
     from feudal_es.config import TrainerConfig
 
     return TrainerConfig(
-        env=f"jaxmarl/{ENV}", mode="mappo", n_outer=rounds, grad_steps_per_outer=grad_steps,
+        env=f"jaxmarl/{env}", mode="mappo", pad_agents=pad, n_outer=rounds,
+        grad_steps_per_outer=grad_steps,
         episodes=2, seed=seeds[0], seeds=seeds if len(seeds) > 1 else (),
         mappo={**settings["mappo"], "anneal_updates": rounds * grad_steps},
         actor=settings["actor"], critic=settings["critic"], checkpoint_every=10**6,
@@ -144,8 +161,8 @@ def trainer_config(settings: dict[str, Any], rounds: int, grad_steps: int,
 
 
 def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
-         grad_steps: int = 8, eval_root: int = 12345, data_parallel: int = 0
-         ) -> dict[str, Any]:
+         grad_steps: int = 8, eval_root: int = 12345, data_parallel: int = 0,
+         env: str = ENV, pad: bool = False) -> dict[str, Any]:
     """Train ``--mode mappo`` for ``steps`` env steps (rounded to whole rounds) with the
     given settings; sps excludes the first round (compilation). The trained policies are
     then evaluated on 1024 episodes from ``key(eval_root)``. ``data_parallel``: the
@@ -161,7 +178,7 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
     m = settings["mappo"]
     per_round = grad_steps * m["num_envs"] * m["num_steps"]
     rounds = max(2, -(-steps // per_round))
-    cfg = trainer_config(settings, rounds, grad_steps, seeds, data_parallel)
+    cfg = trainer_config(settings, rounds, grad_steps, seeds, data_parallel, env, pad)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-jaxmarl-"))
     try:
         trainer = ESTrainer(cfg, run_dir / "run")  # every seed in one program
@@ -181,22 +198,25 @@ def ours(settings: dict[str, Any], steps: int, seeds: tuple[int, ...],
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     timed = (rounds - 1) * per_round * len(seeds)
-    return dict(algo="feudal_es_mappo", env=ENV, num_envs=m["num_envs"], seeds=len(seeds),
+    agents = trainer.runtime.core.num_agents
+    return dict(algo="feudal_es_mappo", env=env, eval_per_seed=[
+                    round(agents * e, 3) for e in evals], num_envs=m["num_envs"], seeds=len(seeds),
                 data_devices=data, steps=rounds * per_round, compile_s=round(compile_s, 2),
                 train_s=round(train_s, 2), train_s_with_final_writes=round(run_s, 2),
                 sps=round(timed / train_s, 1),
-                first_return=round(float(AGENTS * curves[:, :k].mean()), 3),
-                final_return=round(float(AGENTS * curves[:, -k:].mean()), 3),
-                eval_return_1024eps=round(AGENTS * float(np.mean(evals)), 3),
+                first_return=round(float(agents * curves[:, :k].mean()), 3),
+                final_return=round(float(agents * curves[:, -k:].mean()), 3),
+                eval_return_1024eps=round(agents * float(np.mean(evals)), 3),
                 curve_every_10pct=[round(float(x), 2) for x in
-                                   AGENTS * curves.mean(axis=0)[:: max(1, rounds // 10)]])
+                                   agents * curves.mean(axis=0)[:: max(1, rounds // 10)]])
 
 
-def anchor(algo: str, steps: int) -> dict[str, Any] | None:
+def anchor(algo: str, steps: int, env_name: str = ENV) -> dict[str, Any] | None:
     """JaxMARL's own baseline through the anchor's script (None when it is absent)."""
     if not ANCHOR.exists():
         return None
-    env = {**os.environ, "ALGO": algo, "TOTAL_TIMESTEPS": f"{steps:.0f}", "ROLLOUT": "0"}
+    env = {**os.environ, "ALGO": algo, "TOTAL_TIMESTEPS": f"{steps:.0f}", "ROLLOUT": "0",
+           "ENV_NAME": env_name}
     env.pop("XLA_FLAGS", None)
     env.pop("JAX_NUM_CPU_DEVICES", None)
     proc = subprocess.run(["bash", str(ANCHOR)], env=env, capture_output=True, text=True,
@@ -239,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleaved repeats of the IPPO-FF speed comparison (fastest kept)")
     p.add_argument("--sweep", action="store_true",
                    help="run the SWEEP that chose the best settings (~20 min) and stop")
+    p.add_argument("--speaker-listener", action="store_true",
+                   help="only section 3: groups vs padding on the speaker-listener")
     p.add_argument("--recurrent-only", action="store_true",
                    help="only the recurrent executor and MAPPO-RNN at 0.4M steps")
     p.add_argument("--probe", action="append", default=None, choices=[n for n, _ in SWEEP],
@@ -265,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                       "validation_seed": VALIDATION_SEED})
         return 0
     ippo_steps, best_steps = (200_000, 200_000) if args.quick else (1_000_000, 400_000)
+    if args.speaker_listener:
+        return speaker_listener(report, ippo_steps, not args.no_anchor)
     # the speed comparison, repeated and interleaved (anchor, ours, ours x2 seeds, ...):
     # this shared CPU's speed drifts by tens of percent over minutes, so each side keeps
     # its fastest repeat; returns are the same in every repeat (fixed seeds)
@@ -296,6 +320,36 @@ def main(argv: list[str] | None = None) -> int:
     report.write({"runs": rows, "best": {"probe": BEST_PROBE, **probe(BEST_PROBE)}},
                  {"sps": "env steps per second (compile excluded)",
                   "final_return": "episode sum of 3 x reward_i, mean over agents"})
+    return 0
+
+
+def speaker_listener(report: Report, steps: int, with_anchor: bool) -> int:
+    """Section 3 of the module docstring; prints the rows and a table, writes the JSON."""
+    from experiments.stats import fmt_ci, summarize
+
+    seeds = tuple(range(10))
+    rows: dict[str, Any] = {
+        "ours_groups": ours(IPPO, steps, seeds, env=SPEAKER_LISTENER),
+        "ours_padded": ours(IPPO, steps, seeds, env=SPEAKER_LISTENER, pad=True)}
+    if with_anchor:
+        rows["jaxmarl_ippo_ff"] = anchor("ippo_ff", steps, SPEAKER_LISTENER)
+    table = []
+    for name, r in rows.items():
+        if r is None:
+            continue
+        if "error" in r:
+            print(f"{r['algo']} failed: {r['error'].strip().splitlines()[-1]}")
+            continue
+        print(line(r))
+        ci = summarize(r["eval_per_seed"]) if len(r.get("eval_per_seed", [])) > 1 else None
+        table.append((name, r["steps"], r["sps"], r["final_return"],
+                      fmt_ci(ci["mean"], ci["ci95"]) if ci else ""))
+    print()
+    print(markdown_table(["run (10 seeds, IPPO-FF's settings)", "env steps", "env-steps/s",
+                          "final return", "held-out return, 1024 eps (95% CI over seeds)"],
+                         "lrrrr", table))
+    report.write({"speaker_listener": rows},
+                 {"returns": "episode sum of num_agents x mean reward (JaxMARL's units)"})
     return 0
 
 

@@ -9,7 +9,10 @@ full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_spread_v3``):
 - agents with different spaces (``MPE_simple_speaker_listener_v4``, ``MPE_simple_tag_v3``)
   come in groups (``agent_groups``, :mod:`envs.groups`: one actor per group): each
   observation zero-padded to the largest, each agent reading its own part of the
-  stacked actions;
+  stacked actions; or, ``pad=True`` (``TrainerConfig.pad_agents``), behind one shared
+  actor as SuperSuit pads a PettingZoo env: observations zero-padded with a one-hot of
+  the agent appended, one action space of the largest (a ``Discrete`` action outside an
+  agent's own space is its action 0, a ``Box`` one is cut to its length);
 - ``step`` runs the env's ``step_env`` (no auto-reset: feudal-es resets); ``done`` is
   ``dones["__all__"]`` or the horizon; after ``done`` the state is frozen and rewards are
   0, so a fixed-length fitness episode never counts a finished episode twice;
@@ -138,12 +141,15 @@ class JaxMARLSwarm(SwarmEnv):
     action: tuple = eqx.field(static=True)
     obs_sizes: tuple[int, ...] = eqx.field(static=True)  # each agent's own
     action_sizes: tuple[int, ...] = eqx.field(static=True)  # each agent's Box length (0)
+    action_ns: tuple[int, ...] = eqx.field(static=True)  # each agent's Discrete n (0)
     groups: tuple[AgentGroup, ...] = eqx.field(static=True)  # one: homogeneous
+    pad: bool = eqx.field(static=True)  # one shared actor over padded spaces
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
         ("agents", AGENT_COLOR), ("landmarks (MPE)", TARGET_COLOR))
 
-    def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None):
-        self.env, self.name = env, name
+    def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None,
+                 pad: bool = False):
+        self.env, self.name, self.pad = env, name, bool(pad)
         self.agents = tuple(env.agents)
         self.num_agents = len(self.agents)
         if not self.agents:
@@ -154,12 +160,18 @@ class JaxMARLSwarm(SwarmEnv):
             if not isinstance(o, gym.spaces.Box) or len(o.shape) != 1:
                 raise ValueError(f"{name}: observations must be flat vectors, got {o} for "
                                  f"agent {agent!r}")
-        self.groups = _Groups(group_agents(self.agents, obs, act, name))
+        groups = group_agents(self.agents, obs, act, name)
         self.obs_sizes = tuple(int(o.shape[0]) for o in obs)
-        self.obs_size = max(self.obs_sizes)
+        self.obs_size = max(self.obs_sizes) + (self.num_agents if self.pad else 0)
         self.action_sizes = tuple(0 if isinstance(a, gym.spaces.Discrete) else
                                   int(a.shape[0]) for a in act)
-        a = act[0] if len(self.groups) == 1 else padded_action_space(self.groups)
+        self.action_ns = tuple(int(a.n) if isinstance(a, gym.spaces.Discrete) else 0
+                               for a in act)
+        a = act[0] if len(groups) == 1 else padded_action_space(groups)
+        if self.pad:  # one group: every agent, in the padded spaces
+            groups = (AgentGroup("agent", tuple(range(self.num_agents)), gym.spaces.Box(
+                -np.inf, np.inf, (self.obs_size,), np.float32), a),)
+        self.groups = _Groups(groups)
         self.action = (("discrete", int(a.n)) if isinstance(a, gym.spaces.Discrete) else
                        ("box", a.shape, tuple(a.low.ravel().tolist()),
                         tuple(a.high.ravel().tolist())))
@@ -176,11 +188,19 @@ class JaxMARLSwarm(SwarmEnv):
         return tuple(self.groups)
 
     # --- core ------------------------------------------------------------------------
+    def padded(self) -> JaxMARLSwarm:
+        """This env with ``pad=True`` (see the module docstring), same horizon."""
+        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=True)
+
     def _stack(self, obs: dict) -> Obs:
+        width = self.obs_size - (self.num_agents if self.pad else 0)
         row = lambda a, d: jnp.pad(jnp.asarray(obs[a], jnp.float32).reshape(-1),
-                                   (0, self.obs_size - d))
-        return {"obs": jnp.stack([row(a, d) for a, d in zip(self.agents, self.obs_sizes,
-                                                               strict=True)])}
+                                   (0, width - d))
+        rows = jnp.stack([row(a, d) for a, d in zip(self.agents, self.obs_sizes,
+                                                    strict=True)])
+        if self.pad:  # the agent indicator
+            rows = jnp.concatenate([rows, jnp.eye(self.num_agents, dtype=jnp.float32)], -1)
+        return {"obs": rows}
 
     def reset(self, key: jax.Array) -> tuple[Obs, JaxMARLState]:
         obs, inner = self.env.reset(key)
@@ -189,6 +209,8 @@ class JaxMARLSwarm(SwarmEnv):
 
     def step(self, key: jax.Array, state: JaxMARLState,
              actions: jax.Array) -> tuple[Obs, JaxMARLState, EnvOut]:
+        if self.pad and self.action[0] == "discrete":  # outside its own space: action 0
+            actions = jnp.where(actions < jnp.asarray(self.action_ns), actions, 0)
         acts = {a: actions[i] if not size else actions[i, :size]
                 for i, (a, size) in enumerate(zip(self.agents, self.action_sizes,
                                                   strict=True))}

@@ -69,7 +69,7 @@ def run_training(trainer, progress: bool) -> int:
           f"{trainer.theta_size} parameters ({cfg.es_params})" if cfg.runs_es
           else "MAPPO only (nothing evolved)")
     # which actor and MAPPO budget (the env's defaults or the config's), the options
-    chosen = trainer.defaults.describe(cfg, trainer.skill_names)
+    chosen = trainer.defaults.describe(cfg, trainer.skill_names) + _groups(trainer)
     print(f"feudal-es: training {cfg.env} ({trainer.env.kind} path), mode {cfg.mode}, "
           f"{cfg.n_outer} rounds from round {trainer.round}, {es}{seeds}\n  {chosen}",
           flush=True)
@@ -120,7 +120,32 @@ def run_training(trainer, progress: bool) -> int:
     print(f"best selector:  {written(rd.best_selector)}")
     print(f"checkpoint:     {rd.checkpoints.latest() or '(none)'}")
     print(f"episode GIF:    {gif}")
+    print(f"evaluate:       {eval_command(cfg, rd.path)}")
     return 0
+
+
+def _groups(trainer: Any) -> str:
+    """``"; agents in groups: ..."`` for a grouped actor (one actor per group), else ``""``."""
+    actor = trainer.ts.actor
+    if not hasattr(actor, "names"):  # a FeudalActor: one shared actor
+        return ""
+    sizes = ", ".join(f"{n} ({len(g)})" for n, g in zip(actor.names, actor.groups,
+                                                        strict=True))
+    return f"; agents in groups, one actor each: {sizes}"
+
+
+def eval_command(cfg: Any, run_dir: Path) -> str:
+    """The ``feudal-es eval`` command line of a finished run, as this process was started
+    (its console script's path), with the ``--import`` / ``--env`` it needs."""
+    from feudal_es.resolve import is_code_reference
+
+    prog = sys.argv[0] if Path(sys.argv[0]).name == "feudal-es" else "feudal-es"
+    argv = [prog, "eval", str(run_dir)]
+    for module in cfg.imports:
+        argv += ["--import", module]
+    if is_code_reference(cfg.env):
+        argv += ["--env", cfg.env]
+    return shlex.join(argv)
 
 
 @contextlib.contextmanager

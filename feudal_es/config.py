@@ -342,11 +342,11 @@ class TrainerConfig:
             raise ValueError(f"{c}.host_workers={self.host_workers} is more than the "
                              f"{self.mappo.num_envs} env copies (mappo.num_envs) they share: "
                              "each worker steps at least one copy (0 = no workers)")
-        if self.actor.recurrent and self.mappo.num_envs % self.mappo.minibatches:
+        if self.actor.recurrent and self.mappo.sequences % self.mappo.minibatches:
             raise ValueError(f"{c}: a recurrent executor (actor.recurrent) trains on whole "
-                             f"sequences, a minibatch being env copies: mappo.minibatches "
-                             f"({self.mappo.minibatches}) must divide mappo.num_envs "
-                             f"({self.mappo.num_envs})")
+                             f"sequences: mappo.minibatches ({self.mappo.minibatches}) must "
+                             f"divide the {self.mappo.sequences} sequences (mappo.num_envs "
+                             "x num_steps / sequence_length)")
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         try:
             json.dumps(self.env_kwargs)

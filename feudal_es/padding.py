@@ -54,10 +54,14 @@ class Padded:
 
 def padded(env: ResolvedEnv, pad: bool) -> ResolvedEnv:
     """``env`` as a run with ``pad_agents=pad`` trains it: a host env's factory
-    :class:`Padded` when ``pad``; a JAX env is refused (its agents share their spaces)."""
+    :class:`Padded` when ``pad``; a JaxMARL env padded alike on the JAX path
+    (``envs.jaxmarl_env.JaxMARLSwarm.padded``); a bundled env is refused (its agents
+    share their spaces)."""
     if not pad:
         return env
     if env.kind != "host":
-        raise ValueError(f"pad_agents=true pads a PettingZoo env's agents; {env.env_id} runs "
-                         "on the JAX path, whose agents share one space (leave it false)")
+        if hasattr(env.core, "padded"):
+            return dataclasses.replace(env, core=env.core.padded())
+        raise ValueError(f"pad_agents=true pads the agents of a PettingZoo or JaxMARL env; "
+                         f"{env.env_id}'s agents share one space (leave it false)")
     return dataclasses.replace(env, make=Padded(env.make))

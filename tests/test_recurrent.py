@@ -117,6 +117,35 @@ def test_the_update_re_runs_the_collection_over_whole_sequences(env, nets, colle
                               np.asarray(gru_after.weight_hh))
 
 
+def test_pieces_of_sequences_start_from_the_state_the_collection_had(nets, collected):
+    """``mappo.sequence_length`` cuts each copy's 10 steps into pieces of 5 (one starting
+    mid-episode, at t = 5): re-run from the state the collection had at each piece's
+    start, they give the collected log-probs; the fused update on them equals the split
+    one."""
+    from feudal_es.mappo.update import _sequences
+
+    actor = nets[0]
+    _, ts, batch, _ = collected
+    data = {"obs": batch.obs, "adj": batch.adj, "option": batch.option,
+            "action": batch.action, "log_prob": batch.log_prob, "first": batch.first}
+    pieces, hidden = _sequences(data, batch.hidden, batch.option.hidden, 5)
+    e = batch.reward.shape[1]
+    assert pieces["log_prob"].shape[:2] == (5, 2 * e) and hidden.shape[0] == 2 * e
+    np.testing.assert_array_equal(np.asarray(pieces["log_prob"][:, e + 1]),
+                                  np.asarray(batch.log_prob[5:, 1]))  # piece 1 of copy 1
+    log_prob, _ = jax.vmap(actor.evaluate_sequence, in_axes=(1, 1, 1, 1, 1, 0),
+                           out_axes=1)(pieces["obs"], pieces["adj"], pieces["option"],
+                                       pieces["action"], pieces["first"], hidden)
+    np.testing.assert_allclose(np.asarray(log_prob), np.asarray(pieces["log_prob"]),
+                               rtol=1e-5, atol=1e-5)
+    cfg = dataclasses.replace(CFG, sequence_length=5, minibatches=4)
+    split, _ = mappo.update(ts, batch, cfg)
+    fused, _ = eqx.filter_jit(lambda t, b: mappo.update_fused(t, b, cfg))(ts, batch)
+    for a, b in zip(jax.tree.leaves(eqx.filter(fused, eqx.is_inexact_array)),
+                    jax.tree.leaves(eqx.filter(split, eqx.is_inexact_array)), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+
+
 def test_the_host_path_collects_the_same_sequences(env, nets):
     """SwarmParallelEnv copies through the host collector (deterministic actions): the
     first episode's steps equal the JAX path's batch, GRU states included (no random
@@ -181,8 +210,10 @@ def test_a_recurrent_run_resumes_bit_for_bit(tmp_path):
 
 
 def test_what_a_recurrent_executor_cannot_do_is_refused_clearly():
-    with pytest.raises(ValueError, match=r"minibatches .* must divide mappo.num_envs"):
+    with pytest.raises(ValueError, match=r"minibatches \(3\) must divide the 2 sequences"):
         TrainerConfig.from_dict({**TINY, "mappo": {**TINY["mappo"], "minibatches": 3}})
+    with pytest.raises(ValueError, match=r"sequence_length \(4\) must divide num_steps"):
+        mappo.MAPPOConfig(num_steps=6, sequence_length=4)
     from feudal_es.executors import actor_executor
 
     actor = FeudalActor.from_env(jax.random.key(0), Dispersion(num_agents=2, obs_mode="vec"),

@@ -49,6 +49,12 @@ class MAPPOConfig:
     # reward; "team", the team reward (sparse: the mission signal) given to every agent;
     # "mixed", local + team (the MERL paper's "mixed" reward of its gradient baselines)
     reward: str = "option"
+    # a recurrent executor's training sequences (ActorConfig.recurrent): each env copy's
+    # num_steps collected steps cut into pieces of this many, each re-run from the GRU
+    # state the collection had at its start (the MAPPO paper's data_chunk_length); 0 =
+    # whole (one sequence per env copy). Must divide num_steps; minibatches split the
+    # num_envs * num_steps / sequence_length sequences. Feed-forward executors ignore it
+    sequence_length: int = 0
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -60,6 +66,10 @@ class MAPPOConfig:
             check_number(f"{c}.{name}", getattr(self, name), low=0.0)
         for name in ("epochs", "minibatches", "num_envs", "num_steps", "anneal_updates"):
             check_int(f"{c}.{name}", getattr(self, name), 1)
+        check_int(f"{c}.sequence_length", self.sequence_length, 0)
+        if self.sequence_length and self.num_steps % self.sequence_length:
+            raise ValueError(f"{c}.sequence_length ({self.sequence_length}) must divide "
+                             f"num_steps ({self.num_steps})")
         for name in ("value_norm", "norm_advantages", "anneal_lr"):
             check_bool(f"{c}.{name}", getattr(self, name))
         if self.reward not in REWARDS:
@@ -71,6 +81,12 @@ class MAPPOConfig:
                 f"{c}.minibatches ({self.minibatches}) must divide num_steps * num_envs "
                 f"({self.num_steps} * {self.num_envs})"
             )
+
+    @property
+    def sequences(self) -> int:
+        """A recurrent executor's training sequences per train step (see
+        ``sequence_length``)."""
+        return self.num_envs * (self.num_steps // (self.sequence_length or self.num_steps))
 
     @property
     def batch_size(self) -> int:

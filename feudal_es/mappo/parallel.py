@@ -45,11 +45,10 @@ def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0,
     """How many devices one seed's MAPPO step runs on: ``requested`` (``0``: the most of
     ``available`` that fit) devices ``D`` such that ``D`` divides ``num_envs`` and
     ``minibatches`` divides each device's ``num_steps * num_envs / D`` samples (for a
-    ``recurrent`` executor, whose minibatches are env copies: its ``num_envs / D``
-    copies). An explicit ``requested`` that does not fit raises ``ValueError`` naming the
-    reason."""
+    ``recurrent`` executor, whose minibatches are sequences: its ``cfg.sequences / D``).
+    An explicit ``requested`` that does not fit raises ``ValueError`` naming the reason."""
     def fits(d: int) -> bool:
-        own = cfg.num_envs // d if recurrent else cfg.batch_size // d
+        own = cfg.sequences // d if recurrent else cfg.batch_size // d
         return cfg.num_envs % d == 0 and own % cfg.minibatches == 0
 
     if requested:
@@ -60,7 +59,7 @@ def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0,
             raise ValueError(
                 f"data_parallel={requested} devices must divide mappo.num_envs "
                 f"({cfg.num_envs}), and mappo.minibatches ({cfg.minibatches}) each device's "
-                + (f"num_envs / {requested} copies (a recurrent executor)" if recurrent else
+                + (f"sequences / {requested} (a recurrent executor)" if recurrent else
                    f"num_steps * num_envs / {requested} samples"))
         return requested
     return max(d for d in range(1, available + 1) if fits(d))

@@ -134,9 +134,12 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
         "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
         "value": batch.value, "alive": alive, "advantage": advantage, "target": target,
     }
-    if ts.actor.recurrent:  # shuffled by env copy: [T, E, ...] kept, E (this device's)
-        size = batch.reward.shape[1]
-        data.update(first=batch.first, hidden=batch.hidden)
+    if ts.actor.recurrent:  # shuffled by sequence: time-major [L, S, ...]
+        data.update(first=batch.first)
+        data, hidden = _sequences(data, batch.hidden, batch.option.hidden,
+                                  cfg.sequence_length)
+        data["hidden"] = hidden
+        size = hidden.shape[0]
     else:
         size = batch.reward.shape[0] * batch.reward.shape[1]  # T * E (this device's E)
         data = jax.tree.map(lambda x: x.reshape((size, *x.shape[2:])), data)
@@ -153,6 +156,28 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
         "skill_reward": mm(batch.reward, alive),
     }
     return ts._replace(value_norm=vn, key=key), data, perms, metrics
+
+
+def _sequences(data: dict, hidden0: jax.Array, hidden_out: jax.Array, length: int
+               ) -> tuple[dict, jax.Array]:
+    """A recurrent executor's training sequences: the ``[T, E, ...]`` leaves of ``data``
+    cut into ``T / length`` pieces per env copy, ``[length, T / length * E, ...]`` (piece
+    ``c`` of copy ``e`` at ``c * E + e``), and the GRU state entering each piece: the
+    collection's entering state ``hidden0`` ``[E, N, H]`` for the first, else the state
+    the step before it left (``hidden_out`` ``[T, E, N, H]``; a reset at the piece's
+    first step is the ``first`` flag's job). ``length`` 0 or ``T``: whole sequences."""
+    t_len = hidden_out.shape[0]
+    length = length or t_len
+    if length == t_len:
+        return data, hidden0
+    pieces = t_len // length
+
+    def cut(x: jax.Array) -> jax.Array:
+        x = x.reshape(pieces, length, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1).reshape(length, pieces * x.shape[2], *x.shape[3:])
+
+    starts = jnp.concatenate([hidden0[None], hidden_out[length - 1:t_len - 1:length]])
+    return jax.tree.map(cut, data), starts.reshape(-1, *starts.shape[2:])
 
 
 def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig,
