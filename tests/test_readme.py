@@ -58,9 +58,12 @@ def workdir(tmp_path_factory) -> Path:
     return d
 
 
-def test_the_shipped_example_is_the_readme_block():
+def test_the_shipped_examples_are_the_readme_blocks():
     assert EXAMPLE.read_text() == _module_block(), (
         "examples/my_envs.py and README's my_envs.py block differ: copy one onto the other")
+    (mpe,) = [b for b in PYTHON_BLOCKS if b.startswith("# mympe.py\n")]
+    assert (EXAMPLE.parent / "mympe.py").read_text() == mpe, (
+        "examples/mympe.py and README's mympe.py block differ: copy one onto the other")
 
 
 def test_readme_has_the_blocks_this_test_runs():

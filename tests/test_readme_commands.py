@@ -137,6 +137,25 @@ PLAN: dict[str, Run | Skip] = {
     ".venv/bin/feudal-es render runs/rover --out rover.gif": Run(),
     ".venv/bin/feudal-es render runs/rover --out rover-best.gif "
     "--selector runs/rover/best_selector.safetensors": Run(when="slow"),
+    # Agents with different spaces
+    ".venv/bin/pip install -e .[mpe]":
+        Skip("installs into the project's venv; the test venv has what CI installs "
+             "(.ci/run: dev, which holds mpe)"),
+    "cp examples/mympe.py .": Run(when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es train --import mympe --env mympe/speaker_listener-v4 --n-outer 2 "
+    "--out runs/speaker": Run(("--no-progress",), when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es eval runs/speaker --import mympe": Run(when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es train --import mympe --env mympe/adversary-v3 --n-outer 2 "
+    "--out runs/adversary": Run(("--no-progress",), when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es eval runs/adversary --import mympe": Run(when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_speaker_listener_v4 --n-outer 2 "
+    "--out runs/sl": Run(("--set", "mappo.num_envs=4", "--no-progress"), when="slow",
+                         needs="jaxmarl"),
+    ".venv/bin/feudal-es eval runs/sl": Run(when="slow", needs="jaxmarl"),
+    ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_tag_v3 --n-outer 2 "
+    "--set actor.recurrent=true --out runs/tag":
+        Run(("--set", "mappo.num_envs=4", "--no-progress"), when="slow", needs="jaxmarl"),
+    ".venv/bin/feudal-es eval runs/tag": Run(when="slow", needs="jaxmarl"),
     # JaxMARL envs
     ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_spread_v3 --mode mappo "
     "--config configs/mpe.json --n-outer 10":

@@ -1,0 +1,10 @@
+# mympe.py
+"""MPE's speaker-listener and adversary (the mpe2 package) under ids of our own."""
+
+import pettingzoo
+from mpe2 import simple_adversary_v3, simple_speaker_listener_v4
+
+pettingzoo.register("parallel", "mympe/speaker_listener-v4",
+                    entry_point=simple_speaker_listener_v4.parallel_env)
+pettingzoo.register("parallel", "mympe/adversary-v3",
+                    entry_point=simple_adversary_v3.parallel_env)
