@@ -128,11 +128,29 @@ BEST_PROBE = "lr 2e-3, 8 epochs, 128 units, critic sees time"
 SEQUENCE_LENGTH = 16
 
 
-def recurrent(settings: dict[str, Any]) -> dict[str, Any]:
+def recurrent(settings: dict[str, Any], over: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
     """``settings`` with a recurrent executor: a GRU of MAPPO-RNN's 128 units, trained on
-    :data:`SEQUENCE_LENGTH`-step sequences."""
-    return {**settings, "mappo": {**settings["mappo"], "sequence_length": SEQUENCE_LENGTH},
-            "actor": {**settings["actor"], "recurrent": True, "gru_hidden": 128}}
+    :data:`SEQUENCE_LENGTH`-step sequences; ``over``: MAPPO fields (and an "actor" dict)
+    changed on top (a :data:`RECURRENT_SWEEP` probe)."""
+    over = dict(over or {})
+    actor = {**settings["actor"], "recurrent": True, "gru_hidden": 128, **over.pop("actor", {})}
+    return {**settings, "mappo": {**settings["mappo"], "sequence_length": SEQUENCE_LENGTH,
+                                  **over}, "actor": actor}
+
+
+# The recurrent executor's own sweep (``--sweep --recurrent``): the best probe's settings
+# with the GRU, and these changes; seeds 100-101 and the validation key, as SWEEP
+RECURRENT_SWEEP: list[tuple[str, dict[str, Any]]] = [
+    ("best probe + GRU", {}),
+    ("+ GRU, lr 1e-3", {"lr": 1e-3, "critic_lr": 1e-3}),
+    ("+ GRU, 4 epochs", {"epochs": 4}),
+    ("+ GRU, 32-step sequences", {"sequence_length": 32}),
+    ("+ GRU, a 128-unit layer after it", {"actor": {"executor_hidden": [128]}}),
+    ("+ GRU, lr 1e-3, 4 epochs", {"lr": 1e-3, "critic_lr": 1e-3, "epochs": 4}),
+]
+# the recurrent row's probe (the recurrent sweep's best; until it has run, the first)
+RECURRENT_PROBE = "best probe + GRU"
 
 
 def probe(name: str) -> dict[str, Any]:
@@ -262,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speaker-listener", action="store_true",
                    help="only section 3: groups vs padding on the speaker-listener")
     p.add_argument("--recurrent-only", action="store_true",
-                   help="only the recurrent executor and MAPPO-RNN at 0.4M steps")
+                   help="only the recurrent executor and MAPPO-RNN at 0.4M steps; with "
+                        "--sweep, the recurrent executor's sweep (RECURRENT_SWEEP)")
     p.add_argument("--probe", action="append", default=None, choices=[n for n, _ in SWEEP],
                    metavar="NAME", help="with --sweep: run only this probe (repeatable)")
     add_json_arg(p)
@@ -271,10 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         from experiments.training import SWEEP_SEEDS, VALIDATION_SEED
 
-        names = args.probe or [name for name, _ in SWEEP]
         seeds = SWEEP_SEEDS[:2]
-        results = {name: ours(probe(name), 400_000, seeds, eval_root=VALIDATION_SEED)
-                   for name in names}
+        if args.recurrent_only:
+            results = {name: ours(recurrent(probe(BEST_PROBE), over), 400_000, seeds,
+                                  eval_root=VALIDATION_SEED)
+                       for name, over in RECURRENT_SWEEP}
+        else:
+            names = args.probe or [name for name, _ in SWEEP]
+            results = {name: ours(probe(name), 400_000, seeds, eval_root=VALIDATION_SEED)
+                       for name in names}
         ranked = sorted(results, key=lambda n: -results[n]["eval_return_1024eps"])
         print(markdown_table([f"probe (0.4M env steps, seeds {seeds[0]}-{seeds[-1]})",
                               "validation return (1024 eps)", "final return (training)",
@@ -304,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = {name: fastest(runs) for name, runs in repeats.items()}
     if not args.recurrent_only:
         rows["ours_best_settings_2_seeds"] = ours(probe(BEST_PROBE), best_steps, (0, 1))
-    rows["ours_best_settings_gru_2_seeds"] = ours(recurrent(probe(BEST_PROBE)), best_steps,
-                                                  (0, 1))
+    rows["ours_best_settings_gru_2_seeds"] = ours(
+        recurrent(probe(BEST_PROBE), dict(RECURRENT_SWEEP)[RECURRENT_PROBE]), best_steps,
+        (0, 1))
     if not args.no_anchor:
         rows["jaxmarl_mappo_rnn"] = anchor("mappo_rnn", best_steps)
     for r in rows.values():

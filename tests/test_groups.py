@@ -198,3 +198,23 @@ def test_jaxmarls_speaker_listener_stacks_what_its_agents_see_and_do():
     assert isinstance(actor, GroupedActor) and all(isinstance(a, FeudalActor)
                                                    for a in actor.actors)
     assert [a.executor.head.logits.layers[-1].bias.shape[0] for a in actor.actors] == [3, 5]
+
+
+def test_every_group_trains_on_the_one_team_fitness_by_default():
+    """The stated default for mixed cooperative / competitive envs: no group is singled
+    out; the team fitness is the env's team reward, else the mean reward over all agents
+    (JaxMARL's simple_tag: adversaries and the good agent together)."""
+    from feudal_es.pettingzoo_host import team_reward
+
+    assert team_reward({}, {"adversary_0": 1.0, "agent_0": -3.0}) == -1.0
+    assert team_reward({"agent_0": {"team_reward": 5.0}}, {"adversary_0": 1.0,
+                                                            "agent_0": -3.0}) == 5.0
+    pytest.importorskip("jaxmarl")
+    from envs.jaxmarl_env import make_jaxmarl
+
+    env = make_jaxmarl("MPE_simple_tag_v3")
+    _, state = env.reset(jax.random.key(0))
+    for t in range(3):
+        _, state, out = env.step(jax.random.key(t), state, jnp.asarray([1, 2, 3, 4]))
+        np.testing.assert_allclose(float(out.team_reward), float(out.reward.mean()),
+                                   rtol=1e-6)
