@@ -10,6 +10,12 @@ runs that group's actor, and puts the results back in agent order. The selector'
 leaves are every group's selector's (:func:`agents.selector_filter`): ES evolves them
 together on the team fitness; MAPPO trains every group's executor.
 
+With a named ``team`` (``TrainerConfig.team``, a mixed cooperative / competitive env),
+the other groups act uniformly at random in their own action spaces (a fixed policy):
+their options and GRU states pass through unchanged, their log-probabilities are 0,
+:attr:`GroupedActor.agent_mask` leaves them out of MAPPO's losses, and their selectors
+are not ES's; their parameters stay as built.
+
 Every group's actor has the same ``ActorConfig`` (sizes, option period, recurrence), so
 their options and GRU states stack; sub-goals (``goal_dim``) and a selector reading the
 env's ``selector_obs`` are not offered for groups. Within a group, graph communication
@@ -58,9 +64,12 @@ class GroupedActor(eqx.Module):
     obs_sizes: tuple[int, ...] = eqx.field(static=True)
     action_sizes: tuple[int, ...] = eqx.field(static=True)  # Box lengths (Discrete: 0)
     num_agents: int = eqx.field(static=True)
+    # per group: None (its actor acts), or its action space as ("discrete", n) or
+    # ("box", low, high) when it acts uniformly at random (another group is the team)
+    random: tuple[tuple | None, ...] = eqx.field(static=True)
 
     def __init__(self, key: KeyLike, groups: Sequence[AgentGroup], obs_space: gym.Space,
-                 num_skills: int, config: ActorConfig | None = None):
+                 num_skills: int, config: ActorConfig | None = None, team: str = ""):
         config = ActorConfig() if config is None else config
         if config.goal_dim > 0:
             raise ValueError("ActorConfig.goal_dim > 0 (sub-goals) is not offered for agents "
@@ -79,6 +88,13 @@ class GroupedActor(eqx.Module):
         self.action_sizes = tuple(0 if isinstance(g.action_space, gym.spaces.Discrete)
                                   else g.action_size for g in groups)
         self.num_agents = sum(len(g) for g in self.groups)
+        if team and team not in self.names:
+            raise ValueError(f"team={team!r} is not one of the agent groups {self.names}")
+        self.random = tuple(None if not team or g.name == team else (
+            ("discrete", int(g.action_space.n))
+            if isinstance(g.action_space, gym.spaces.Discrete) else
+            ("box", tuple(np.asarray(g.action_space.low, float).tolist()),
+             tuple(np.asarray(g.action_space.high, float).tolist()))) for g in groups)
         if sorted(i for g in self.groups for i in g) != list(range(self.num_agents)):
             raise ValueError(f"the groups' agents {self.groups} must be 0..N-1, each once")
 
@@ -114,6 +130,26 @@ class GroupedActor(eqx.Module):
     @property
     def recurrent(self) -> bool:
         return self.actors[0].recurrent
+
+    @property
+    def agent_mask(self) -> jax.Array:
+        """``[N]`` 1.0 for the agents MAPPO trains, 0.0 for those acting at random."""
+        mask = np.ones(self.num_agents, np.float32)
+        for g, how in zip(self.groups, self.random, strict=True):
+            if how is not None:
+                mask[list(g)] = 0.0
+        return jnp.asarray(mask)
+
+    def _random_act(self, g: int, key: jax.Array) -> ActOut:
+        """Uniformly random actions of group ``g``'s agents, log-probability 0."""
+        how, n = self.random[g], len(self.groups[g])
+        zeros = jnp.zeros((n,), jnp.float32)
+        if how[0] == "discrete":
+            a = jax.random.randint(key, (n,), 0, how[1], jnp.int32)
+        else:
+            low, high = np.asarray(how[1], np.float32), np.asarray(how[2], np.float32)
+            a = jax.random.uniform(key, (n, low.size), jnp.float32, low, high)
+        return ActOut(a, a, zeros, zeros)
 
     # --- rows of a group, and back ------------------------------------------------------
     def _rows(self, g: int, tree: Any, axis: int = 0) -> Any:
@@ -172,39 +208,53 @@ class GroupedActor(eqx.Module):
 
     def act(self, key: jax.Array, obs: Any, adj: jax.Array, option: Option,
             deterministic: bool = False) -> ActOut:
-        return self._each(lambda g, a: self._pad_action(g, a.act(
+        return self._each(lambda g, a: self._pad_action(g, self._random_act(
+            g, jax.random.fold_in(key, g)) if self.random[g] else a.act(
             jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
             self._rows(g, option), deterministic)))
 
     def step(self, key: jax.Array, obs: Any, adj: jax.Array, prev: Option, t: jax.Array,
              deterministic: bool = False, explore: float = 0.0,
              done: jax.Array | None = None) -> tuple[Option, ActOut]:
-        parts = [a.step(jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
+        parts = [(self._rows(g, prev), self._random_act(g, jax.random.fold_in(key, g)))
+                 if self.random[g] else
+                 a.step(jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
                         self._rows(g, prev), t, deterministic, explore,
                         None if done is None else self._rows(g, done))
                  for g, a in enumerate(self.actors)]
         return (self._merge([p[0] for p in parts]),
                 self._merge([self._pad_action(g, p[1]) for g, p in enumerate(parts)]))
 
+    def _zeros(self, g: int, lead: tuple[int, ...] = ()) -> tuple[jax.Array, jax.Array]:
+        z = jnp.zeros((*lead, len(self.groups[g])), jnp.float32)
+        return z, z
+
     def evaluate(self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
-        return self._each(lambda g, a: a.evaluate(
+        return self._each(lambda g, a: self._zeros(g) if self.random[g] else a.evaluate(
             self._obs(g, obs), self._adj(g, adj), self._rows(g, option),
             self._action(g, self._rows(g, action))))
 
     def evaluate_sequence(self, obs: Any, adj: jax.Array, option: Option, action: jax.Array,
                           first: jax.Array, hidden: jax.Array
                           ) -> tuple[jax.Array, jax.Array]:
-        return self._each(lambda g, a: a.evaluate_sequence(
+        return self._each(lambda g, a: self._zeros(g, first.shape) if self.random[g] else
+                          a.evaluate_sequence(
             self._obs(g, obs, 1), self._adj(g, adj), self._rows(g, option, 1),
             self._action(g, self._rows(g, action, 1)), first, self._rows(g, hidden)),
             axis=1)
 
 
-def make_actor(key: KeyLike, env: Any, config: ActorConfig | None = None) -> Any:
+def make_actor(key: KeyLike, env: Any, config: ActorConfig | None = None,
+               team: str = "") -> Any:
     """The actor for ``env``: a :class:`GroupedActor` when its agents come in more than
-    one group (``env.agent_groups``), else a :class:`FeudalActor` (``from_env``)."""
+    one group (``env.agent_groups``; ``team``: the group that acts, the others at
+    random), else a :class:`FeudalActor` (``from_env``)."""
     groups = tuple(getattr(env, "agent_groups", ()) or ())
     if len(groups) > 1:
-        return GroupedActor(key, groups, env.observation_space, len(env.skill_names), config)
+        return GroupedActor(key, groups, env.observation_space, len(env.skill_names), config,
+                            team)
+    if team:
+        raise ValueError(f"team={team!r} names a group of agents, but this env's agents are "
+                         "one group (they share their spaces): leave team empty")
     return FeudalActor.from_env(key, env, config)

@@ -18,8 +18,10 @@ def selector_filter(actor: eqx.Module) -> eqx.Module:
     array leaves (those of ``actor.selector``; of a ``GroupedActor``, every group's)."""
     spec = jax.tree.map(lambda _: False, actor)
     if hasattr(actor, "groups") and hasattr(actor, "actors"):  # agents.grouped.GroupedActor
-        return eqx.tree_at(lambda a: a.actors, spec,
-                           tuple(selector_filter(a) for a in actor.actors))
+        # a group acting at random (another is the team) has no selector ES evolves
+        return eqx.tree_at(lambda a: a.actors, spec, tuple(
+            jax.tree.map(lambda _: False, a) if how else selector_filter(a)
+            for a, how in zip(actor.actors, actor.random, strict=True)))
     return eqx.tree_at(
         lambda a: a.selector, spec, jax.tree.map(eqx.is_inexact_array, actor.selector)
     )

@@ -26,7 +26,8 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["AgentGroup", "group_agents", "padded_action_space", "padded_observation_space"]
+__all__ = ["AgentGroup", "group_agents", "padded_action_space", "padded_observation_space",
+           "team_agents"]
 
 
 class AgentGroup(NamedTuple):
@@ -99,6 +100,20 @@ def group_agents(agents: Sequence[str], obs_spaces: Sequence[gym.Space],
         names.append(name)
     return tuple(AgentGroup(n, tuple(m), o, a)
                  for n, m, (o, a) in zip(names, members, keys, strict=True))
+
+
+def team_agents(groups: Sequence[AgentGroup], team: str) -> tuple[int, ...]:
+    """The agents of group ``team`` (``TrainerConfig.team``; ``""``: none named, ``()``);
+    a ``ValueError`` naming the groups when there is no such group, or only one group."""
+    if not team:
+        return ()
+    names = [g.name for g in groups]
+    if len(groups) < 2:
+        raise ValueError(f"team={team!r} names a group of agents, but this env's agents are "
+                         "one group (they share their spaces): leave team empty")
+    if team not in names:
+        raise ValueError(f"team={team!r} is not one of the env's agent groups {names}")
+    return groups[names.index(team)].agents
 
 
 def padded_observation_space(groups: Sequence[AgentGroup]) -> gym.spaces.Box:

@@ -16,7 +16,8 @@ full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_spread_v3``):
 - ``step`` runs the env's ``step_env`` (no auto-reset: feudal-es resets); ``done`` is
   ``dones["__all__"]`` or the horizon; after ``done`` the state is frozen and rewards are
   0, so a fixed-length fitness episode never counts a finished episode twice;
-- ``team_reward`` is the mean agent reward, ``skill_rewards`` the agent's own reward
+- ``team_reward`` is the mean agent reward (of the team's agents, ``with_team``),
+  ``skill_rewards`` the agent's own reward
   (one skill, ``"reward"``), ``comm_graph`` all-to-all, ``global_state`` the env's
   ``world_state``/``get_world_state`` if it has one, else the concatenated observations.
 
@@ -41,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.base import EnvOut, Obs, SwarmEnv
-from envs.groups import AgentGroup, group_agents, padded_action_space
+from envs.groups import AgentGroup, group_agents, padded_action_space, team_agents
 from envs.render import AGENT_COLOR, TARGET_COLOR, draw_swarm
 
 __all__ = ["INSTALL_HINT", "AsJaxMARL", "JaxMARLSwarm", "available", "jaxmarl_ids",
@@ -144,11 +145,13 @@ class JaxMARLSwarm(SwarmEnv):
     action_ns: tuple[int, ...] = eqx.field(static=True)  # each agent's Discrete n (0)
     groups: tuple[AgentGroup, ...] = eqx.field(static=True)  # one: homogeneous
     pad: bool = eqx.field(static=True)  # one shared actor over padded spaces
+    team: tuple[int, ...] = eqx.field(static=True)  # with_team's agents (): every agent
+    team_name: str = eqx.field(static=True)  # their group's name ("": none named)
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
         ("agents", AGENT_COLOR), ("landmarks (MPE)", TARGET_COLOR))
 
     def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None,
-                 pad: bool = False):
+                 pad: bool = False, team: str = ""):
         self.env, self.name, self.pad = env, name, bool(pad)
         self.agents = tuple(env.agents)
         self.num_agents = len(self.agents)
@@ -161,6 +164,7 @@ class JaxMARLSwarm(SwarmEnv):
                 raise ValueError(f"{name}: observations must be flat vectors, got {o} for "
                                  f"agent {agent!r}")
         groups = group_agents(self.agents, obs, act, name)
+        self.team, self.team_name = team_agents(groups, team), team
         self.obs_sizes = tuple(int(o.shape[0]) for o in obs)
         self.obs_size = max(self.obs_sizes) + (self.num_agents if self.pad else 0)
         self.action_sizes = tuple(0 if isinstance(a, gym.spaces.Discrete) else
@@ -190,7 +194,13 @@ class JaxMARLSwarm(SwarmEnv):
     # --- core ------------------------------------------------------------------------
     def padded(self) -> JaxMARLSwarm:
         """This env with ``pad=True`` (see the module docstring), same horizon."""
-        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=True)
+        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=True,
+                            team=self.team_name)
+
+    def with_team(self, name: str) -> JaxMARLSwarm:
+        """This env with group ``name``'s agents as the team (``TrainerConfig.team``): the
+        team reward is their mean reward. ``""``: every agent's."""
+        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=self.pad, team=name)
 
     def _stack(self, obs: dict) -> Obs:
         width = self.obs_size - (self.num_agents if self.pad else 0)
@@ -222,7 +232,8 @@ class JaxMARLSwarm(SwarmEnv):
         over = state.over | jnp.asarray(dones["__all__"], bool) | (t >= self.max_steps)
         inner = jax.tree.map(lambda new, old: jnp.where(live, new, old), inner, state.inner)
         obs = self._stack(obs)
-        out = EnvOut(reward=reward, skill_rewards=reward[:, None], team_reward=reward.mean(),
+        team = reward[jnp.asarray(self.team)].mean() if self.team else reward.mean()
+        out = EnvOut(reward=reward, skill_rewards=reward[:, None], team_reward=team,
                      done=over, metrics={})
         return obs, JaxMARLState(inner, t, over), out
 

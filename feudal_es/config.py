@@ -266,6 +266,12 @@ class TrainerConfig:
     # action space with an agent indicator appended (SuperSuit; feudal_es.padding), so
     # every agent shares the one actor
     pad_agents: bool = False
+    # agents in groups (envs.groups) on a mixed cooperative / competitive env: the group
+    # whose agents are the team. The team fitness is then their mean reward (unless the
+    # env reports a team_reward), only they are trained (MAPPO and ES), and every other
+    # group acts uniformly at random, a fixed policy. "" = every group is the team,
+    # trained on the one team fitness (the env's team_reward, else every agent's mean)
+    team: str = ""
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
     # host envs, modes with MAPPO: worker processes (Ray actors with backend "ray") that
     # step MAPPO's env copies, each its share of mappo.num_envs (1..num_envs; shares differ
@@ -314,6 +320,8 @@ class TrainerConfig:
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
         for name in ("deterministic_eval", "gif", "pad_agents"):
             check_bool(f"{c}.{name}", getattr(self, name))
+        if not isinstance(self.team, str):
+            raise TypeError(f"{c}.team must be a group's name (a string), got {self.team!r}")
         imports = tuple(self.imports) if isinstance(self.imports, list) else self.imports
         if not isinstance(imports, tuple) or not all(isinstance(m, str) for m in imports):
             raise TypeError(f"{c}.imports must be a list of module names, got {imports!r}")

@@ -241,7 +241,8 @@ class HostCollector:
             steps.append(dict(obs=obs, adj=adj, global_state=gstate, option=option,
                               action=out.action, log_prob=out.log_prob, value=value,
                               reward=np.stack([r.reward for r in results]),
-                              done=np.stack([r.done for r in results]), alive=alive,
+                              done=np.stack([r.done for r in results]),
+                              alive=alive * np.asarray(getattr(ts.actor, "agent_mask", 1.0)),
                               **({"first": first} if recurrent else {})))
         # bootstrap value after the last step, under the option the selector would choose
         # (no exploration, as the JAX path's collect)

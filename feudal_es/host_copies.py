@@ -162,7 +162,7 @@ class CopyGroup:
         with self._limit(env, "step"):
             out = env.step(acts)
         obs, rew, term, trunc, infos = check_step(env, acts, out, spec, live)
-        team = team_reward(infos, rew)
+        team = team_reward(infos, rew, spec.team)
         reward = np.zeros(spec.num_agents, np.float32)
         done = np.zeros(spec.num_agents, np.float32)
         for j, a in enumerate(spec.agents):

@@ -106,7 +106,7 @@ class HostEvaluator:
                                [a for a in spec.agents if a in obs])
             live = list(env.agents)
             obs, rew, _, _, infos = check_step(env, acts, call(env.step, acts), spec, live)
-            total += team_reward(infos, rew)
+            total += team_reward(infos, rew, spec.team)
             t += 1
             notices.check(env_name(env), t, seed, "evaluation", obs, rew, infos)
         if env.agents:

@@ -52,11 +52,19 @@ class Padded:
                              ) from None
 
 
-def padded(env: ResolvedEnv, pad: bool) -> ResolvedEnv:
-    """``env`` as a run with ``pad_agents=pad`` trains it: a host env's factory
-    :class:`Padded` when ``pad``; a JaxMARL env padded alike on the JAX path
-    (``envs.jaxmarl_env.JaxMARLSwarm.padded``); a bundled env is refused (its agents
-    share their spaces)."""
+def padded(env: ResolvedEnv, config: Any) -> ResolvedEnv:
+    """``env`` as a run of ``config`` (a ``TrainerConfig``: its ``pad_agents`` and
+    ``team``) trains it: a host env's factory :class:`Padded` when ``pad_agents``; a
+    JaxMARL env padded alike on the JAX path (``envs.jaxmarl_env.JaxMARLSwarm.padded``);
+    a bundled env is refused (its agents share their spaces). ``team`` (a group's name):
+    a JaxMARL env whose team reward is that group's (``with_team``; a host env's spec is
+    told by the runtime)."""
+    pad, team = config.pad_agents, config.team
+    if team and env.kind != "host":
+        if not hasattr(env.core, "with_team"):
+            raise ValueError(f"team={team!r} names a group of agents; {env.env_id}'s agents "
+                             "are one group (leave team empty)")
+        env = dataclasses.replace(env, core=env.core.with_team(team))
     if not pad:
         return env
     if env.kind != "host":

@@ -38,7 +38,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs.groups import group_agents, padded_action_space, padded_observation_space
+from envs.groups import group_agents, padded_action_space, padded_observation_space, team_agents
 
 log = logging.getLogger("feudal_es")
 
@@ -68,6 +68,7 @@ class HostEnvSpec:
         self.agent_spaces = dict(zip(self.agents, zip(obs_spaces, act_spaces, strict=True),
                                      strict=True))
         self.agent_groups = group_agents(self.agents, obs_spaces, act_spaces, name)
+        self.team: tuple[str, ...] = ()  # with_team: the team's agents ((): every agent)
         if len(self.agent_groups) == 1:
             self.observation_space, self.action_space = obs_spaces[0], act_spaces[0]
         else:
@@ -82,6 +83,12 @@ class HostEnvSpec:
         obs_size = sum(int(np.prod(s.shape)) for s in _leaf_spaces(self.observation_space))
         self.global_state_size = (int(np.prod(env.state_space.shape)) if self.has_state
                                   else self.num_agents * obs_size)
+
+    def with_team(self, name: str) -> HostEnvSpec:
+        """This spec with group ``name``'s agents as the team (``TrainerConfig.team``):
+        :func:`team_reward` averages their rewards only. ``""``: every agent."""
+        self.team = tuple(self.agents[i] for i in team_agents(self.agent_groups, name))
+        return self
 
     @property
     def num_skills(self) -> int:
@@ -369,13 +376,16 @@ def env_actions(spec: HostEnvSpec, actions: np.ndarray, live: Sequence[str]) -> 
     return out
 
 
-def team_reward(infos: Mapping, rewards: Mapping) -> float:
+def team_reward(infos: Mapping, rewards: Mapping, team: Sequence[str] = ()) -> float:
     """``infos[agent]["team_reward"]`` of the first agent that reports one, else the mean
-    agent reward (the default for a custom env, README "Your own PettingZoo env")."""
+    agent reward (the default for a custom env, README "Your own PettingZoo env"): of the
+    ``team``'s agents when given (``TrainerConfig.team``), of every agent otherwise."""
     for a in rewards:
         info = infos.get(a) or {}
         if "team_reward" in info:
             return float(info["team_reward"])
+    if team:
+        rewards = {a: r for a, r in rewards.items() if a in team}
     return float(np.mean(list(rewards.values()))) if rewards else 0.0
 
 

@@ -274,7 +274,7 @@ def _culprits(stored: Any, changed: list[str], overrides: dict[str, Any],
                 return []
             from agents import make_actor
 
-            actor = make_actor(jax.random.key(0), resolved.core, stored.actor)
+            actor = make_actor(jax.random.key(0), resolved.core, stored.actor, stored.team)
         except Exception:
             return []
         if _first_difference(built, _actor_leaves(actor)) is not None:

@@ -88,7 +88,8 @@ class JaxRuntime:
     def init_train_state(self, key: jax.Array) -> mappo.TrainState:
         """A fresh actor and critic and ``mappo.num_envs`` reset env copies."""
         k_actor, k_critic, k_state = jax.random.split(key, 3)
-        actor = _initial(make_actor(k_actor, self.core, self.config.actor), self.config)
+        actor = _initial(make_actor(k_actor, self.core, self.config.actor, self.config.team),
+                         self.config)
         critic = CentralCritic.from_env(k_critic, self.core, self.config.critic)
         return self.fns.init_state(k_state, self.core, actor, critic, self.config.mappo)
 
@@ -195,7 +196,8 @@ class HostRuntime:
 
             check_picklable(env.make, config.env)
         probe = env.make()
-        self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills)
+        self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills).with_team(
+            config.team)
         self.device = jax.local_devices()[0]
         sizes = _sizes(config, spec.observation_space, spec.action_space, spec.num_skills,
                        spec.global_state_size, spec.num_agents)
@@ -233,7 +235,7 @@ class HostRuntime:
             raise ValueError(f"critic.time_input needs a fixed episode horizon; env "
                              f"{cfg.env!r} runs on the host path, whose episodes end when "
                              "the env says (set critic.time_input false)")
-        actor = _initial(make_actor(k_actor, spec, cfg.actor), cfg)
+        actor = _initial(make_actor(k_actor, spec, cfg.actor, cfg.team), cfg)
         critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,
                                spec.num_skills, cfg.critic)
         if self.collector is not None:  # built again (a template for a checkpoint)
@@ -362,7 +364,7 @@ class HostRuntime:
                 out = env.step(actions)
                 frames.append(np.asarray(env.render()))
                 try:  # a malformed step is the evaluator's to report (check_step)
-                    rewards.append(team_reward(out[4], out[1]))
+                    rewards.append(team_reward(out[4], out[1], self.spec.team))
                 except (TypeError, AttributeError, IndexError, KeyError, ValueError):
                     rewards.append(float("nan"))
                 return out

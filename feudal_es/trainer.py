@@ -87,7 +87,7 @@ class ESTrainer:
             config = config.for_seed(config.seeds[0])
         self.seeds = config.run_seeds
         self.many = len(self.seeds) > 1
-        self.env = padded(resolved or resolve_env(config.env, config.env_kwargs), config.pad_agents)
+        self.env = padded(resolved or resolve_env(config.env, config.env_kwargs), config)
         # the settings the config leaves open, by the env's observation kind and skills
         config, self.defaults = apply_env_defaults(config, self.env)
         self.config = config

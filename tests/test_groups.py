@@ -218,3 +218,48 @@ def test_every_group_trains_on_the_one_team_fitness_by_default():
         _, state, out = env.step(jax.random.key(t), state, jnp.asarray([1, 2, 3, 4]))
         np.testing.assert_allclose(float(out.team_reward), float(out.reward.mean()),
                                    rtol=1e-6)
+
+
+def test_a_named_team_trains_alone_while_the_other_groups_act_at_random():
+    """``team="adversary"`` on JaxMARL's simple_tag: the team reward is the adversaries'
+    mean; the good agent acts uniformly at random whatever its network (log-prob 0), is
+    masked out of MAPPO (its executor stays bit-identical through a train step while the
+    adversaries' moves) and has no selector in ES's theta."""
+    from feudal_es import mappo
+    from feudal_es.pettingzoo_host import team_reward
+
+    assert team_reward({}, {"adversary_0": 1.0, "agent_0": -3.0}, ("agent_0",)) == -3.0
+    pytest.importorskip("jaxmarl")
+    from agents import CentralCritic, CriticConfig
+    from envs.jaxmarl_env import make_jaxmarl
+
+    env = make_jaxmarl("MPE_simple_tag_v3").with_team("adversary")
+    obs, state = env.reset(jax.random.key(0))
+    _, _, out = env.step(jax.random.key(1), state, jnp.asarray([1, 2, 3, 4]))
+    np.testing.assert_allclose(float(out.team_reward), float(out.reward[:3].mean()),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match=r"not one of the env's agent groups"):
+        make_jaxmarl("MPE_simple_tag_v3").with_team("prey")
+    actor = make_actor(jax.random.key(0), env, ACTOR, team="adversary")
+    np.testing.assert_array_equal(np.asarray(actor.agent_mask), [1, 1, 1, 0])
+    marked = selector_filter(actor)
+    assert not any(jax.tree.leaves(marked.actors[1]))
+    assert any(jax.tree.leaves(marked.actors[0]))
+    other = eqx.tree_at(lambda a: a.actors[1], actor,
+                        make_actor(jax.random.key(9), env, ACTOR).actors[1])
+    adj = env.comm_graph(state)
+    for t in range(4):
+        k = jax.random.key(t)
+        _, a1 = actor.step(k, obs, adj, actor.initial_option(4), jnp.asarray(0))
+        _, a2 = other.step(k, obs, adj, other.initial_option(4), jnp.asarray(0))
+        assert int(a1.action[3]) == int(a2.action[3]) and 0 <= int(a1.action[3]) < 5
+        assert float(a1.log_prob[3]) == 0.0
+    cfg = mappo.MAPPOConfig(num_envs=2, num_steps=8, epochs=1, minibatches=2)
+    critic = CentralCritic.from_env(jax.random.key(2), env, CriticConfig(hidden=(8,)))
+    ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, cfg)
+    after, _ = mappo.make_train_step(env, cfg)(ts)
+    leaves = lambda a: jax.tree.leaves(eqx.filter(a.executor, eqx.is_inexact_array))
+    for x, y in zip(leaves(ts.actor.actors[1]), leaves(after.actor.actors[1]), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert any(not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(
+        leaves(ts.actor.actors[0]), leaves(after.actor.actors[0]), strict=True))

@@ -121,7 +121,8 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         action=traj["action"], log_prob=traj["log_prob"], value=value.reshape(t_len, e, -1),
         reward=traj["reward"],
         done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),
-        alive=jnp.ones(traj["reward"].shape, jnp.float32), last_value=last_value,
+        alive=jnp.broadcast_to(getattr(actor, "agent_mask", 1.0), traj["reward"].shape
+                               ).astype(jnp.float32), last_value=last_value,
         **({"first": traj["first"], "hidden": ts.rollout.option.hidden}
            if actor.recurrent else {}),
     )
