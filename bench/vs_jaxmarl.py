@@ -149,8 +149,8 @@ RECURRENT_SWEEP: list[tuple[str, dict[str, Any]]] = [
     ("+ GRU, a 128-unit layer after it", {"actor": {"executor_hidden": [128]}}),
     ("+ GRU, lr 1e-3, 4 epochs", {"lr": 1e-3, "critic_lr": 1e-3, "epochs": 4}),
 ]
-# the recurrent row's probe (the recurrent sweep's best; until it has run, the first)
-RECURRENT_PROBE = "best probe + GRU"
+# the recurrent row's probe: the recurrent sweep's best (bench/results/jaxmarl_recurrent_sweep.json)
+RECURRENT_PROBE = "+ GRU, 4 epochs"
 
 
 def probe(name: str) -> dict[str, Any]:
