@@ -263,3 +263,16 @@ def test_a_named_team_trains_alone_while_the_other_groups_act_at_random():
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert any(not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(
         leaves(ts.actor.actors[0]), leaves(after.actor.actors[0]), strict=True))
+
+
+def test_padding_and_the_team_shape_the_compiled_programs():
+    """They change the env the jitted functions close over, so a second run in the same
+    process with another pad_agents or team must not reuse the first's programs."""
+    from feudal_es.functions import compile_key
+    from feudal_es.resolve import resolve_env
+
+    base = CONFIG.override({"env": "feudal_es/Rover-v0"})
+    env = resolve_env(base.env).core
+    keys = {compile_key(c, env) for c in (base, base.override({"pad_agents": True}),
+                                          base.override({"team": "x"}))}
+    assert len(keys) == 3
