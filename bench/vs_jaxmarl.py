@@ -363,7 +363,9 @@ def speaker_listener(report: Report, steps: int, with_anchor: bool) -> int:
         if r is None:
             continue
         if "error" in r:
-            print(f"{r['algo']} failed: {r['error'].strip().splitlines()[-1]}")
+            lines = r["error"].strip().splitlines()
+            why = next((x for x in reversed(lines) if "Error" in x), lines[-1])
+            print(f"{r['algo']} failed: {why}")
             continue
         print(line(r))
         ci = summarize(r["eval_per_seed"]) if len(r.get("eval_per_seed", [])) > 1 else None
