@@ -266,11 +266,10 @@ class TrainerConfig:
     # action space with an agent indicator appended (SuperSuit; feudal_es.padding), so
     # every agent shares the one actor
     pad_agents: bool = False
-    # agents in groups (envs.groups) on a mixed cooperative / competitive env: the group
-    # whose agents are the team. The team fitness is then their mean reward (unless the
-    # env reports a team_reward), only they are trained (MAPPO and ES), and every other
-    # group acts uniformly at random, a fixed policy. "" = every group is the team,
-    # trained on the one team fitness (the env's team_reward, else every agent's mean)
+    # agents in groups (envs.groups), a mixed cooperative / competitive env: the group that
+    # is the team. Its mean reward is the team fitness (unless the env reports one), only
+    # it trains (MAPPO, ES), every other group acts uniformly at random (a fixed policy).
+    # "" = every group trains on the one team fitness (team_reward, else every agent's)
     team: str = ""
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
     # host envs, modes with MAPPO: worker processes (Ray actors with backend "ray") that

@@ -348,6 +348,7 @@ class HostRuntime:
                              f"'rgb_array': {e})") from None
         frames: list[np.ndarray] = []
         rewards: list[float] = []
+        team = self.spec.team
 
         class Recording:
             """The env, with a frame rendered after ``reset`` and every ``step``."""
@@ -364,7 +365,7 @@ class HostRuntime:
                 out = env.step(actions)
                 frames.append(np.asarray(env.render()))
                 try:  # a malformed step is the evaluator's to report (check_step)
-                    rewards.append(team_reward(out[4], out[1], self.spec.team))
+                    rewards.append(team_reward(out[4], out[1], team))
                 except (TypeError, AttributeError, IndexError, KeyError, ValueError):
                     rewards.append(float("nan"))
                 return out

@@ -84,7 +84,8 @@ def _fields(cls):
 _LEGAL = {("TrainerConfig", "env", "'no_such_choice'"),  # any string; resolve_env refuses it
           ("ActorConfig", "log_std_init", "-1.0"),
           ("TrainerConfig", "seeds", "(0,)"),  # one seed, listed
-          ("TrainerConfig", "init_from", "'no_such_choice'")}  # a path: checked when loaded
+          ("TrainerConfig", "init_from", "'no_such_choice'"),  # a path: checked when loaded
+          ("TrainerConfig", "team", "'no_such_choice'")}  # a group: checked with the env
 
 
 def test_every_config_field_refuses_wrong_type_and_range_naming_it():
