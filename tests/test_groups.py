@@ -129,6 +129,7 @@ def _leaves(tree):
             else x for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
 
 
+@pytest.mark.slow  # ~11 s: a host run of 2 rounds and its resume
 def test_a_grouped_host_run_trains_every_group_and_resumes(tmp_path):
     """Without padding the speaker and the listener train as two groups, by id as the CLI
     names it: MAPPO moves both executors; the run checkpoints and resumes (a host run's
@@ -152,6 +153,7 @@ def test_a_grouped_host_run_trains_every_group_and_resumes(tmp_path):
     assert (tmp_path / "a" / "ckpt_00000003.safetensors").is_file()
 
 
+@pytest.mark.slow  # ~17 s: three trainers' compilations
 def test_a_grouped_jax_run_resumes_bit_for_bit(tmp_path):
     """JaxMARL's speaker-listener on the JAX path: 2 rounds straight == 1 round, its
     checkpoint and 1 resumed round, every leaf (one program, one machine)."""

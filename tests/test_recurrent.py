@@ -192,6 +192,7 @@ TINY = dict(
 )
 
 
+@pytest.mark.slow  # ~11 s: three trainers' compilations
 def test_a_recurrent_run_resumes_bit_for_bit(tmp_path):
     """Two rounds straight equal one round, a checkpoint and one resumed round: the
     networks, the optimizer state and the carried GRU states (one program, one machine)."""
