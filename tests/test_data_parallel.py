@@ -203,6 +203,8 @@ TWO_DEVICES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # 70-80 s on 2 cores (a 2-device subprocess); the sharded update and
+# collection above stay in the default suite
 def test_two_devices_split_one_seed():
     env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
     env.update(JAX_NUM_CPU_DEVICES="2", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
