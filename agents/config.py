@@ -69,8 +69,8 @@ class ActorConfig:
     # a recurrent executor: a GRU of ``gru_hidden`` units between the executor's input
     # (embedding, option code, sub-goal) and its action MLP. Its state is carried with the
     # options through every rollout and reset at each episode's first step; MAPPO
-    # trains it on whole sequences (minibatches of env copies). The selector and the
-    # backbone stay feed-forward
+    # trains it on sequences (whole, or mappo.sequence_length pieces). The selector and
+    # the backbone stay feed-forward
     recurrent: bool = False
     gru_hidden: int = 64  # GRU units of a recurrent executor
     # hidden activation of the vector encoder and the embedding MLP ("relu" | "tanh"; the

@@ -262,9 +262,9 @@ class TrainerConfig:
     # --resume can name the --import to pass; a run directory never imports them itself
     imports: tuple[str, ...] = ()
     backend: str = "serial"  # host envs: "serial" (in-process loop) | "ray" (Ray actors)
-    # host envs whose agents differ in their spaces: pad them to one observation and one
-    # action space with an agent indicator appended (SuperSuit; feudal_es.padding), so
-    # every agent shares the one actor
+    # agents that differ in their spaces share one actor, padded to one observation and
+    # action space with an agent indicator appended (SuperSuit on the host path, the same
+    # rules for JaxMARL envs; feudal_es.padding); false: one actor per agent group
     pad_agents: bool = False
     # agents in groups (envs.groups), a mixed cooperative / competitive env: the group that
     # is the team. Its mean reward is the team fitness (unless the env reports one), only

@@ -89,7 +89,8 @@ def test_the_gru_state_is_carried_and_zeroed_at_every_episode_start(nets, collec
 def test_the_update_re_runs_the_collection_over_whole_sequences(env, nets, collected):
     """``evaluate_sequence`` from the stored first state and reset flags gives the log-probs
     the collection sampled with; the fused update (a scan over minibatches of sequences,
-    here 5-step pieces) equals the split one; the GRU trains and the selector stays bit-identical."""
+    here 5-step pieces) equals the split one; the GRU trains and the selector stays
+    bit-identical."""
     actor = nets[0]
     _, ts, batch, _ = collected
     log_prob, _ = jax.jit(jax.vmap(actor.evaluate_sequence, in_axes=(1, 1, 1, 1, 1, 0),
