@@ -174,7 +174,7 @@ class FeudalActor(eqx.Module):
         pursuing ``option``. A recurrent executor reads ``option.hidden`` (a
         :class:`RecurrentOption`) as the state entering this step and does not return the
         next one: rollouts use :meth:`step`, which carries and resets it."""
-        return self._act(key, self.embed(obs, adj), option, deterministic, obs)
+        return self._act(key, self.embed(obs, adj), option, deterministic, obs)[1]
 
     def step(
         self,
@@ -199,15 +199,10 @@ class FeudalActor(eqx.Module):
         if explore > 0 or self.options == "uniform":
             key, k_opt = jax.random.split(key)
         option = self._select(self._selector_in(h, obs), prev, t, k_opt, explore, done)
-        if not isinstance(option, RecurrentOption):
-            return option, self._act(key, h, option, deterministic, obs)
-        # the GRU state: zero at the episode's first step, else what the last step left
-        hidden = jnp.where(jnp.asarray(t).reshape(-1, 1) == 0, 0.0, option.hidden)
-        skill, goal = self._unpack(option)
-        hidden = self.executor.recur(
-            self.executor.inputs(h, skill, goal, _option_obs(obs)), hidden)
-        out = self.executor.head.sample(key, hidden, deterministic)
-        return option._replace(hidden=hidden), out
+        if isinstance(option, RecurrentOption):  # the GRU state starts each episode at 0
+            option = option._replace(hidden=jnp.where(
+                jnp.asarray(t).reshape(-1, 1) == 0, 0.0, option.hidden))
+        return self._act(key, h, option, deterministic, obs)
 
     def evaluate(
         self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
@@ -302,7 +297,9 @@ class FeudalActor(eqx.Module):
         return GoalOption(skill, goal.astype(jnp.float32))
 
     def _act(self, key: jax.Array, h: jax.Array, option: Option, deterministic: bool,
-             obs: Any) -> ActOut:
+             obs: Any) -> tuple[Option, ActOut]:
+        """``(option, ActOut)``: the action pursuing ``option``, and ``option`` with a
+        recurrent executor's state advanced by this step (``option.hidden`` entering)."""
         skill, goal = self._unpack(option)
         x = self.executor.inputs(h, skill, goal, _option_obs(obs))
         if self.recurrent:
@@ -310,7 +307,8 @@ class FeudalActor(eqx.Module):
                 raise TypeError("a recurrent executor acts on a RecurrentOption (options and "
                                 "the GRU state; see FeudalActor.initial_option)")
             x = self.executor.recur(x, option.hidden)
-        return self.executor.head.sample(key, x, deterministic)
+            option = option._replace(hidden=x)
+        return option, self.executor.head.sample(key, x, deterministic)
 
 
 def option_features(obs_space: Any, num_skills: int) -> int:

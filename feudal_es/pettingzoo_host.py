@@ -60,14 +60,14 @@ class HostEnvSpec:
         name = type(env).__name__
         obs_spaces = [env.observation_space(a) for a in self.agents]
         act_spaces = [env.action_space(a) for a in self.agents]
-        for a, o, s in zip(self.agents, obs_spaces, act_spaces, strict=True):
-            try:
-                check_spaces(o, s, name)
-            except ValueError as e:
-                raise ValueError(f"{e} (agent {a!r})") from None
         self.agent_spaces = dict(zip(self.agents, zip(obs_spaces, act_spaces, strict=True),
                                      strict=True))
         self.agent_groups = group_agents(self.agents, obs_spaces, act_spaces, name)
+        for g in self.agent_groups:  # once per distinct pair of spaces
+            try:
+                check_spaces(g.observation_space, g.action_space, name)
+            except ValueError as e:
+                raise ValueError(f"{e} (agent {self.agents[g.agents[0]]!r})") from None
         self.team: tuple[str, ...] = ()  # with_team: the team's agents ((): every agent)
         if len(self.agent_groups) == 1:
             self.observation_space, self.action_space = obs_spaces[0], act_spaces[0]

@@ -20,7 +20,14 @@ import pytest
 from helpers import TINY_ACTOR
 from hetero_envs import SpeakerListener
 
-from agents import ActorConfig, FeudalActor, GroupedActor, make_actor, selector_filter
+from agents import (
+    ActorConfig,
+    FeudalActor,
+    GroupedActor,
+    executor_filter,
+    make_actor,
+    selector_filter,
+)
 from envs.groups import group_agents, padded_action_space, padded_observation_space
 from feudal_es.config import TrainerConfig
 from feudal_es.pettingzoo_host import HostEnvSpec, env_actions, stack_agents
@@ -94,13 +101,17 @@ def test_the_selector_partition_holds_for_every_group():
     executors'."""
     spec = HostEnvSpec(SpeakerListener(), num_skills=2)
     actor = make_actor(jax.random.key(0), spec, ACTOR)
-    spec_tree = selector_filter(actor)
-    for sub, flags in zip(actor.actors, spec_tree.actors, strict=True):
-        own = sum(x.size for x in jax.tree.leaves(eqx.filter(
-            sub.selector, eqx.is_inexact_array)))
-        marked = sum(x.size for x, f in zip(
-            jax.tree.leaves(sub), jax.tree.leaves(flags), strict=True) if f)
-        assert own == marked > 0
+    # leaf by leaf: the marked leaves are exactly every group's selector leaves, in order
+    marked = jax.tree.leaves(eqx.filter(actor, selector_filter(actor)))
+    own = [x for a in actor.actors
+           for x in jax.tree.leaves(eqx.filter(a.selector, eqx.is_inexact_array))]
+    assert len(marked) == len(own) > 0 and len(actor.actors) == 2
+    for x, y in zip(marked, own, strict=True):
+        assert x is y
+    unmarked = jax.tree.leaves(eqx.filter(actor, executor_filter(actor)))
+    assert not {id(x) for x in unmarked} & {id(x) for x in own}
+    assert len(unmarked) + len(own) == len(jax.tree.leaves(
+        eqx.filter(actor, eqx.is_inexact_array)))
     theta = es_theta(actor, "selector")
     assert theta.size == sum(sum(x.size for x in jax.tree.leaves(
         eqx.filter(a.selector, eqx.is_inexact_array))) for a in actor.actors)

@@ -68,7 +68,7 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     actor_params, critic_params = params
     actor = eqx.combine(actor_params, rest[0])
     critic = eqx.combine(critic_params, rest[1])
-    if actor.recurrent:  # whole sequences: [T, B, ...] leaves, B env copies
+    if actor.recurrent:  # sequences: [L, B, ...] leaves, B of them (see _sequences)
         log_prob, entropy = jax.vmap(actor.evaluate_sequence, in_axes=(1, 1, 1, 1, 1, 0),
                                      out_axes=1)(mb["obs"], mb["adj"], mb["option"],
                                                  mb["action"], mb["first"], mb["hidden"])
@@ -189,7 +189,7 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     actor_tx, critic_tx = make_optimizers(cfg)
     actor_params, actor_rest = trainable(ts.actor)
     critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
-    if ts.actor.recurrent:  # idx: env copies; every leaf time-major but the GRU state
+    if ts.actor.recurrent:  # idx: sequences; every leaf time-major but the GRU state
         mb = {k: (v[idx] if k == "hidden" else jax.tree.map(lambda x: x[:, idx], v))
               for k, v in data.items()}
     else:
