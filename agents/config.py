@@ -144,14 +144,29 @@ class CriticConfig:
     critic's state: on a fixed-horizon task the value depends on the steps left, which
     neither the observations nor most global states show (Pardo et al. 2018, "Time Limits
     in Reinforcement Learning"). It is the critic's input only (centralized training); the
-    actor is unchanged. It needs the env's horizon, so only the JAX path has it."""
+    actor is unchanged. It needs the env's horizon, so only the JAX path has it.
+
+    ``recurrent`` gives the critic a memory: a GRU over the critic's state (one per env
+    copy, the critic being centralized) whose output replaces the state in the value
+    MLP's input, for tasks where the global state at one step does not tell the value
+    (the counterpart of ``ActorConfig.recurrent``, as MAPPO-RNN's critic)."""
 
     hidden: tuple[int, ...] = (256, 256)  # hidden sizes of the value MLP
     layer_norm: bool = True  # LayerNorm after each hidden linear layer (before the tanh)
     time_input: bool = False  # the critic also sees t / max_steps
+    # a recurrent critic: a GRU of ``gru_hidden`` units reads the critic's state (global
+    # state, and t / max_steps with time_input) each step and the value MLP reads its
+    # output with the agent and skill one-hots. One state per env copy, carried through
+    # every MAPPO collection (both paths) and zeroed at each episode's first step; MAPPO
+    # re-runs it over sequences (whole, or mappo.sequence_length pieces), as for a
+    # recurrent executor
+    recurrent: bool = False
+    gru_hidden: int = 64  # GRU units of a recurrent critic
 
     def __post_init__(self) -> None:
         c = type(self).__name__
         check_ints(f"{c}.hidden", self.hidden, 1, allow_empty=False)
         check_bool(f"{c}.layer_norm", self.layer_norm)
         check_bool(f"{c}.time_input", self.time_input)
+        check_bool(f"{c}.recurrent", self.recurrent)
+        check_int(f"{c}.gru_hidden", self.gru_hidden, 1)

@@ -4,6 +4,13 @@ One value per agent from an agent-specific global state (as the MAPPO paper reco
 ``MLP([state, one_hot(agent id, N), one_hot(current skill, K)])``, where ``state`` is the
 env's global state, with ``t / horizon`` appended when ``CriticConfig.time_input`` is set
 (:meth:`CentralCritic.state` builds it).
+
+A recurrent critic (``CriticConfig.recurrent``) first runs a GRU over that state, one
+GRU state per env copy (the critic sees the whole swarm, so one memory serves every
+agent), and the MLP reads the GRU's output in the state's place:
+``MLP([gru(state, h), one_hot(agent id), one_hot(skill)])``. Rollouts carry the state
+(:meth:`CentralCritic.step`, zeroed at each episode's first step) and MAPPO re-runs it
+over stored sequences (:meth:`CentralCritic.sequence`).
 """
 
 from __future__ import annotations
@@ -15,14 +22,16 @@ import jax
 import jax.numpy as jnp
 
 from agents.config import CriticConfig
-from agents.layers import MLP, VALUE_GAIN, KeyLike
+from agents.layers import MLP, VALUE_GAIN, KeyLike, as_rng, gru_cell
 
 
 class CentralCritic(eqx.Module):
     """``critic(state [S], skill [N]) -> values [N]``, ``state = critic.state(global_state
-    [G], t)`` (``S = G``, or ``G + 1`` with the time input)."""
+    [G], t)`` (``S = G``, or ``G + 1`` with the time input); a recurrent one steps a GRU
+    state instead: ``critic.step(hidden [H], state, skill, first) -> (hidden, values)``."""
 
     mlp: MLP
+    gru: eqx.nn.GRUCell | None  # CriticConfig.recurrent: state -> GRU -> value MLP
     num_agents: int = eqx.field(static=True)
     num_skills: int = eqx.field(static=True)
     horizon: int = eqx.field(static=True)  # max_steps when the state carries t / horizon, else 0
@@ -48,9 +57,14 @@ class CentralCritic(eqx.Module):
             raise ValueError("CriticConfig.time_input needs the episode horizon (the env's "
                              f"max_steps, an int >= 1), got horizon={horizon!r}")
         self.horizon = int(horizon) if config.time_input else 0
-        in_size = global_state_size + config.time_input + num_agents + num_skills
-        self.mlp = MLP(key, in_size, config.hidden, 1, out_gain=VALUE_GAIN,
-                       layer_norm=config.layer_norm)  # fmt: skip
+        state_size = global_state_size + config.time_input
+        features = config.gru_hidden if config.recurrent else state_size
+        # one generator for both: the MLP draws first, so a feed-forward critic's
+        # parameters are those it had before the GRU option existed
+        rng = as_rng(key)
+        self.mlp = MLP(rng, features + num_agents + num_skills, config.hidden, 1,
+                       out_gain=VALUE_GAIN, layer_norm=config.layer_norm)  # fmt: skip
+        self.gru = gru_cell(rng, state_size, config.gru_hidden) if config.recurrent else None
         self.num_agents = num_agents
         self.num_skills = num_skills
 
@@ -70,8 +84,50 @@ class CentralCritic(eqx.Module):
         frac = jnp.asarray(t, jnp.float32).reshape(1) / self.horizon
         return jnp.concatenate([gs, frac])
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the critic carries a GRU state (``CriticConfig.recurrent``)."""
+        return self.gru is not None
+
+    def initial_hidden(self) -> jax.Array:
+        """A recurrent critic's GRU state before any step: zeros [H] (one env copy's)."""
+        if self.gru is None:
+            raise ValueError("a feed-forward critic has no GRU state (CriticConfig."
+                             "recurrent=False)")
+        return jnp.zeros((self.gru.hidden_size,), jnp.float32)
+
+    def recur(self, hidden: jax.Array, state: jax.Array, first: jax.Array) -> jax.Array:
+        """The GRU state [H] after reading ``state`` [S] (:meth:`state`'s) from ``hidden``
+        [H], the state the previous step left; zero instead where ``first`` (a bool
+        scalar: the episode's first step), so no memory crosses an episode boundary."""
+        hidden = jnp.where(first, 0.0, hidden.astype(jnp.float32))
+        return self.gru(state.astype(jnp.float32), hidden)
+
+    def step(self, hidden: jax.Array, state: jax.Array, skill: jax.Array, first: jax.Array
+             ) -> tuple[jax.Array, jax.Array]:
+        """One step of a recurrent critic for one env copy: ``(hidden [H], values [N])``,
+        the GRU state after ``state`` (:meth:`recur`) and the values it gives the agents
+        pursuing ``skill`` [N]. Rollouts carry the returned state to the next step."""
+        hidden = self.recur(hidden, state, first)
+        return hidden, self.values(hidden, skill)
+
+    def sequence(self, hidden: jax.Array, state: jax.Array, skill: jax.Array,
+                 first: jax.Array) -> jax.Array:
+        """Values [L, N] of ``L`` consecutive steps of one env copy (``state`` [L, S],
+        ``skill`` [L, N], ``first`` [L] bool) for a recurrent critic: the GRU run from
+        ``hidden`` [H] (the state entering step 0), zeroed where ``first``, as the
+        rollout ran it (:meth:`step`), differentiable through time (MAPPO's update)."""
+
+        def body(h, xs):
+            h = self.recur(h, *xs)
+            return h, h
+
+        _, hs = jax.lax.scan(body, hidden.astype(jnp.float32), (state, first))
+        return jax.vmap(self.values)(hs, skill)
+
     def inputs(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
-        """The per-agent critic inputs [N, S + N + K] (``global_state``: the state [S])."""
+        """The per-agent critic inputs [N, S + N + K] (``global_state``: the state [S]; a
+        recurrent critic's GRU output [H])."""
         n = self.num_agents
         gs = jnp.broadcast_to(global_state.astype(jnp.float32), (n, global_state.shape[-1]))
         ids = jnp.eye(n, dtype=jnp.float32)
@@ -79,7 +135,17 @@ class CentralCritic(eqx.Module):
         return jnp.concatenate([gs, ids, sk], axis=-1)
 
     def __call__(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
-        """Values [N]: ``MLP(inputs(global_state, skill))`` per agent. The first layer is
+        """Values [N] of a feed-forward critic: ``MLP(inputs(global_state, skill))`` per
+        agent (:meth:`values` of the state). A recurrent critic needs its GRU state:
+        :meth:`step`, :meth:`sequence`."""
+        if self.gru is not None:
+            raise ValueError("a recurrent critic (CriticConfig.recurrent) carries a GRU "
+                             "state: CentralCritic.step or CentralCritic.sequence")
+        return self.values(global_state, skill)
+
+    def values(self, global_state: jax.Array, skill: jax.Array) -> jax.Array:
+        """Values [N]: ``MLP(inputs(global_state, skill))`` per agent (``global_state``:
+        the state [S], or a recurrent critic's GRU output [H]). The first layer is
         evaluated as ``W_state @ global_state`` once, plus the weight columns the one-hots
         pick (agent id, skill): the same function with N-fold less work on the shared
         global state, the critic's largest input."""

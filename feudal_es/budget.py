@@ -232,9 +232,14 @@ def network_sizes(obs_space: Any, action_space: Any, num_skills: int, global_sta
     else:
         size = int(np.prod(getattr(action_space, "shape", None) or (1,), dtype=object))
         executor += _mlp(head_in, actor.executor_hidden, size) + size
-    critic_in = global_state_size + int(critic.time_input) + num_agents + num_skills
+    state_size = global_state_size + int(critic.time_input)
+    h = critic.gru_hidden
+    # a recurrent critic's GRU (input, recurrent and bias weights of its three gates, and
+    # the candidate's recurrent bias) feeds the MLP in the state's place
+    gru = 3 * h * (state_size + h + 1) + h if critic.recurrent else 0
+    critic_in = (h if critic.recurrent else state_size) + num_agents + num_skills
     return NetworkSizes(actor=backbone + selector + executor, selector=selector,
-                        critic=_mlp(critic_in, critic.hidden, 1, critic.layer_norm))
+                        critic=gru + _mlp(critic_in, critic.hidden, 1, critic.layer_norm))
 
 
 def largest_size_field(actor: ActorConfig, critic: CriticConfig) -> tuple[str, int]:
