@@ -349,8 +349,10 @@ class TrainerConfig:
             raise ValueError(f"{c}.host_workers={self.host_workers} is more than the "
                              f"{self.mappo.num_envs} env copies (mappo.num_envs) they share: "
                              "each worker steps at least one copy (0 = no workers)")
-        if self.actor.recurrent and self.mappo.sequences % self.mappo.minibatches:
-            raise ValueError(f"{c}: a recurrent executor (actor.recurrent) trains on whole "
+        if (self.actor.recurrent or self.critic.recurrent) \
+                and self.mappo.sequences % self.mappo.minibatches:
+            raise ValueError(f"{c}: a recurrent executor or critic (actor.recurrent, "
+                             "critic.recurrent) trains on whole "
                              f"sequences: mappo.minibatches ({self.mappo.minibatches}) must "
                              f"divide the {self.mappo.sequences} sequences (mappo.num_envs "
                              "x num_steps / sequence_length)")

@@ -66,7 +66,7 @@ def data_devices(config: TrainerConfig, core: SwarmEnv, seed_devices: int = 1) -
                              f", {seed_devices} of them split the seeds, leaving {left} "
                              "per seed" if seed_devices > 1 else ""))
     return mappo.data_devices(config.mappo, left, config.data_parallel,
-                              config.actor.recurrent)
+                              config.actor.recurrent or config.critic.recurrent)
 
 
 def compile_key(config: TrainerConfig, core: SwarmEnv, **extra: Any) -> str:

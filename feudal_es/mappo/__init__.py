@@ -57,6 +57,7 @@ from feudal_es.mappo.state import (
     make_optimizers,
     option_skills,
     trainable,
+    uses_sequences,
 )
 from feudal_es.mappo.update import (
     FUSED_MAX_CONV_MACS,
@@ -75,4 +76,4 @@ __all__ = ["DATA_AXIS", "FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Bat
            "gae", "guarded", "init_learner", "init_rollout", "init_train_state",
            "keep_finite", "learned", "loss", "make_guarded_train_step", "make_optimizers",
            "make_rollout", "make_train_step", "option_skills", "place_train_state",
-           "trainable", "update", "update_fused", "uses_fused_update"]
+           "trainable", "update", "update_fused", "uses_fused_update", "uses_sequences"]

@@ -1,7 +1,8 @@
 """Pure-JAX collection and the train steps built on it: ``num_steps x num_envs``
 transitions with ``lax.scan`` over time and ``vmap`` over env copies, then the update;
 options drawn from the selector (mixed with uniform ones, ``option_exploration``) and
-kept for the actor's ``selector_period``.
+kept for the actor's ``selector_period``. A recurrent critic's GRU state is carried
+through the scan beside the options (``RolloutState.critic_hidden``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import jax.numpy as jnp
 
 from envs.base import SwarmEnv, auto_reset_step
 from feudal_es.mappo.config import MAPPOConfig
-from feudal_es.mappo.state import Batch, RolloutState, TrainState, keep_finite, option_skills
+from feudal_es.mappo.state import (
+    Batch,
+    RolloutState,
+    TrainState,
+    keep_finite,
+    option_skills,
+    uses_sequences,
+)
 from feudal_es.mappo.update import update, update_fused, uses_fused_update
 
 __all__ = ["agent_reward", "collect", "fused_train_step", "guarded", "make_guarded_train_step",
@@ -66,6 +74,10 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     ``ts.rollout`` holds this device's share of the ``cfg.num_envs`` copies, the batch is
     this device's, and the statistics and the env-step counter are the whole swarm's."""
     actor, critic = ts.actor, ts.critic
+    if critic.recurrent and ts.rollout.critic_hidden is None:
+        raise ValueError("a recurrent critic carries a GRU state per env copy: build the "
+                         "rollout with mappo.init_rollout(..., critic) (RolloutState."
+                         "critic_hidden)")
     total = (lambda x: x) if axis is None else (lambda x: jax.lax.psum(x, axis))
     mean = (lambda x: x) if axis is None else (lambda x: jax.lax.pmean(x, axis))
 
@@ -87,16 +99,21 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         reward = agent_reward(cfg.reward, eo, option)
         ep_return = ro.ep_return + eo.reward.mean(-1)
         ep_team = ro.ep_team_return + eo.team_reward
+        first = ro.ep_t == 0
         step = dict(
             obs=ro.obs, adj=adj, global_state=gstate, option=option, action=out.action,
-            first=ro.ep_t == 0,
+            first=first,
             log_prob=out.log_prob, reward=reward, done=eo.done,
             env_reward=eo.reward.mean(-1), team_reward=eo.team_reward,
             finished_return=ep_return, finished_team=ep_team,
         )
+        critic_hidden = None
+        if critic.recurrent:  # the GRU's output at this step; its values after the scan
+            critic_hidden = jax.vmap(critic.recur)(ro.critic_hidden, gstate, first)
+            step["critic_out"] = critic_hidden
         keep = lambda x: jnp.where(eo.done, 0.0, x)
         ro = RolloutState(env_state, obs, option, jnp.where(eo.done, 0, ro.ep_t + 1),
-                          keep(ep_return), keep(ep_team))
+                          keep(ep_return), keep(ep_team), critic_hidden)
         return ro, step
 
     key, key_collect = jax.random.split(ts.key)
@@ -110,12 +127,21 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
     last_option = jax.vmap(lambda o, a, h, t, k, s: actor.select_option(
         o, a, h, t, k, actor.options_done(env, s)))(
         ro.obs, last_adj, ro.option, ro.ep_t, last_keys, ro.env_state)
-    last_value = jax.vmap(critic)(last_gs, option_skills(last_option))
     # the critic's values of the whole trajectory in one batched call, after the scan (the
     # policy does not need them): one [T*E]-row matmul per layer instead of T small ones
     t_len, e = traj["reward"].shape[:2]
     flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
-    value = jax.vmap(critic)(flat(traj["global_state"]), flat(option_skills(traj["option"])))
+    skills = flat(option_skills(traj["option"]))
+    if critic.recurrent:  # the MLP on the GRU outputs; the bootstrap reads one more state
+        last_value = jax.vmap(critic.step)(ro.critic_hidden, last_gs,
+                                           option_skills(last_option), ro.ep_t == 0)[1]
+        value = jax.vmap(critic.values)(flat(traj["critic_out"]), skills)
+        # the state entering each step: the collection's first, then each step's output
+        critic_entering = jnp.concatenate([ts.rollout.critic_hidden[None],
+                                           traj["critic_out"][:-1]])
+    else:
+        last_value = jax.vmap(critic)(last_gs, option_skills(last_option))
+        value = jax.vmap(critic)(flat(traj["global_state"]), skills)
     batch = Batch(
         obs=traj["obs"], adj=traj["adj"], global_state=traj["global_state"], option=traj["option"],
         action=traj["action"], log_prob=traj["log_prob"], value=value.reshape(t_len, e, -1),
@@ -123,8 +149,9 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
         done=jnp.broadcast_to(traj["done"][..., None], traj["reward"].shape).astype(jnp.float32),
         alive=jnp.broadcast_to(getattr(actor, "agent_mask", 1.0), traj["reward"].shape
                                ).astype(jnp.float32), last_value=last_value,
-        **({"first": traj["first"], "hidden": ts.rollout.option.hidden}
-           if actor.recurrent else {}),
+        **({"first": traj["first"]} if uses_sequences(actor, critic) else {}),
+        **({"hidden": ts.rollout.option.hidden} if actor.recurrent else {}),
+        **({"critic_hidden": critic_entering} if critic.recurrent else {}),
     )
     done = traj["done"].astype(jnp.float32)
     episodes = total(done.sum())

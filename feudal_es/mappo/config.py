@@ -49,11 +49,12 @@ class MAPPOConfig:
     # reward; "team", the team reward (sparse: the mission signal) given to every agent;
     # "mixed", local + team (the MERL paper's "mixed" reward of its gradient baselines)
     reward: str = "option"
-    # a recurrent executor's training sequences (ActorConfig.recurrent): each env copy's
-    # num_steps collected steps cut into pieces of this many, each re-run from the GRU
-    # state the collection had at its start (the MAPPO paper's data_chunk_length); 0 =
-    # whole (one sequence per env copy). Must divide num_steps; minibatches split the
-    # num_envs * num_steps / sequence_length sequences. Feed-forward executors ignore it
+    # the training sequences of a recurrent executor or critic (ActorConfig.recurrent,
+    # CriticConfig.recurrent): each env copy's num_steps collected steps cut into pieces
+    # of this many, each re-run from the GRU states the collection had at its start (the
+    # MAPPO paper's data_chunk_length); 0 = whole (one sequence per env copy). Must divide
+    # num_steps; minibatches split the num_envs * num_steps / sequence_length sequences.
+    # Ignored when both are feed-forward
     sequence_length: int = 0
 
     def __post_init__(self) -> None:
@@ -84,7 +85,7 @@ class MAPPOConfig:
 
     @property
     def sequences(self) -> int:
-        """A recurrent executor's training sequences per train step (see
+        """Training sequences per train step of a recurrent executor or critic (see
         ``sequence_length``)."""
         return self.num_envs * (self.num_steps // (self.sequence_length or self.num_steps))
 

@@ -44,8 +44,9 @@ def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0,
                  recurrent: bool = False) -> int:
     """How many devices one seed's MAPPO step runs on: ``requested`` (``0``: the most of
     ``available`` that fit) devices ``D`` such that ``D`` divides ``num_envs`` and
-    ``minibatches`` divides each device's ``num_steps * num_envs / D`` samples (for a
-    ``recurrent`` executor, whose minibatches are sequences: its ``cfg.sequences / D``).
+    ``minibatches`` divides each device's ``num_steps * num_envs / D`` samples (when
+    ``recurrent``, a recurrent executor or critic, whose minibatches are sequences: its
+    ``cfg.sequences / D``).
     An explicit ``requested`` that does not fit raises ``ValueError`` naming the reason."""
     def fits(d: int) -> bool:
         own = cfg.sequences // d if recurrent else cfg.batch_size // d
@@ -59,7 +60,7 @@ def data_devices(cfg: MAPPOConfig, available: int, requested: int = 0,
             raise ValueError(
                 f"data_parallel={requested} devices must divide mappo.num_envs "
                 f"({cfg.num_envs}), and mappo.minibatches ({cfg.minibatches}) each device's "
-                + (f"sequences / {requested} (a recurrent executor)" if recurrent else
+                + (f"sequences / {requested} (a recurrent executor or critic)" if recurrent else
                    f"num_steps * num_envs / {requested} samples"))
         return requested
     return max(d for d in range(1, available + 1) if fits(d))

@@ -18,7 +18,7 @@ from feudal_es.mappo.config import MAPPOConfig
 
 __all__ = ["LOSS_KEYS", "Batch", "Learned", "RolloutState", "TrainState", "ValueNorm",
            "all_finite", "init_learner", "init_rollout", "init_train_state", "keep_finite",
-           "learned", "make_optimizers", "option_skills", "trainable"]
+           "learned", "make_optimizers", "option_skills", "trainable", "uses_sequences"]
 
 
 class ValueNorm(NamedTuple):
@@ -70,6 +70,9 @@ class RolloutState(NamedTuple):
     ep_t: jax.Array  # [E] int32 steps into the current episode
     ep_return: jax.Array  # [E] running mean-over-agents dense return of the episode
     ep_team_return: jax.Array  # [E] running team return of the episode
+    # a recurrent critic's GRU state after the last step, [E, H] (None for a
+    # feed-forward critic, whose rollout state and checkpoints are as before)
+    critic_hidden: jax.Array | None = None
 
 
 class TrainState(NamedTuple):
@@ -145,8 +148,12 @@ class Batch(NamedTuple):
     last_value: jax.Array  # [E, N] critic output at the state after the last step
     # a recurrent executor's sequences (None for a feed-forward one): which steps began
     # an episode (the GRU state is zeroed there), and the state entering step 0
+    # ``first`` is stored for a recurrent critic too
     first: jax.Array | None = None  # [T, E] bool
     hidden: jax.Array | None = None  # [E, N, H]
+    # a recurrent critic's GRU state entering each step (None for a feed-forward one),
+    # so the update can re-run any piece of a sequence from where the collection was
+    critic_hidden: jax.Array | None = None  # [T, E, H]
 
 
 def option_skills(option: Any) -> jax.Array:
@@ -155,6 +162,13 @@ def option_skills(option: Any) -> jax.Array:
     if isinstance(option, RecurrentOption):
         option = option.option
     return option.skill if isinstance(option, GoalOption) else option
+
+
+def uses_sequences(actor: FeudalActor, critic: CentralCritic) -> bool:
+    """Whether MAPPO trains on sequences (a recurrent executor or critic): the batch
+    stores each step's ``first`` flag and minibatches are whole sequences, re-run from
+    the states the collection had (``MAPPOConfig.sequence_length``)."""
+    return bool(actor.recurrent or critic.recurrent)
 
 
 def trainable(actor: FeudalActor) -> tuple[Any, Any]:
@@ -191,13 +205,18 @@ def init_learner(key: jax.Array, actor: FeudalActor, critic: CentralCritic,
     )
 
 
-def init_rollout(key: jax.Array, env: SwarmEnv, actor: FeudalActor, num_envs: int) -> RolloutState:
-    """Reset ``num_envs`` copies of a functional env."""
+def init_rollout(key: jax.Array, env: SwarmEnv, actor: FeudalActor, num_envs: int,
+                 critic: CentralCritic | None = None) -> RolloutState:
+    """Reset ``num_envs`` copies of a functional env (and, for a recurrent ``critic``,
+    give each copy its zero GRU state)."""
     obs, env_state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
-    option = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)),
-                        actor.initial_option(env.num_agents))
+    copies = lambda x: jnp.broadcast_to(x, (num_envs, *x.shape))
+    option = jax.tree.map(copies, actor.initial_option(env.num_agents))
     zeros = jnp.zeros((num_envs,), jnp.float32)
-    return RolloutState(env_state, obs, option, jnp.zeros((num_envs,), jnp.int32), zeros, zeros)
+    critic_hidden = (copies(critic.initial_hidden()) if critic is not None and critic.recurrent
+                     else None)
+    return RolloutState(env_state, obs, option, jnp.zeros((num_envs,), jnp.int32), zeros, zeros,
+                        critic_hidden)
 
 
 def init_train_state(key: jax.Array, env: SwarmEnv, actor: FeudalActor, critic: CentralCritic,
@@ -205,7 +224,7 @@ def init_train_state(key: jax.Array, env: SwarmEnv, actor: FeudalActor, critic: 
     """Learner plus ``cfg.num_envs`` freshly reset env copies."""
     key_env, key_run = jax.random.split(key)
     return init_learner(key_run, actor, critic, cfg, init_rollout(key_env, env, actor,
-                                                                   cfg.num_envs))
+                                                                   cfg.num_envs, critic))
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,14 @@ import optax
 
 from agents import ActorConfig
 from feudal_es.mappo.config import MAPPOConfig
-from feudal_es.mappo.state import Batch, TrainState, make_optimizers, option_skills, trainable
+from feudal_es.mappo.state import (
+    Batch,
+    TrainState,
+    make_optimizers,
+    option_skills,
+    trainable,
+    uses_sequences,
+)
 
 __all__ = ["FUSED_MAX_CONV_MACS", "conv_macs", "gae", "loss", "update", "update_fused",
            "uses_fused_update"]
@@ -68,11 +75,20 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     actor_params, critic_params = params
     actor = eqx.combine(actor_params, rest[0])
     critic = eqx.combine(critic_params, rest[1])
-    if actor.recurrent:  # sequences: [L, B, ...] leaves, B of them (see _sequences)
-        log_prob, entropy = jax.vmap(actor.evaluate_sequence, in_axes=(1, 1, 1, 1, 1, 0),
-                                     out_axes=1)(mb["obs"], mb["adj"], mb["option"],
-                                                 mb["action"], mb["first"], mb["hidden"])
-        value = jax.vmap(jax.vmap(critic))(mb["global_state"], option_skills(mb["option"]))
+    if uses_sequences(actor, critic):  # [L, B, ...] leaves, B sequences (_sequences)
+        if actor.recurrent:
+            log_prob, entropy = jax.vmap(actor.evaluate_sequence, in_axes=(1, 1, 1, 1, 1, 0),
+                                         out_axes=1)(mb["obs"], mb["adj"], mb["option"],
+                                                     mb["action"], mb["first"], mb["hidden"])
+        else:
+            log_prob, entropy = jax.vmap(jax.vmap(actor.evaluate))(
+                mb["obs"], mb["adj"], mb["option"], mb["action"])
+        if critic.recurrent:
+            value = jax.vmap(critic.sequence, in_axes=(0, 1, 1, 1), out_axes=1)(
+                mb["critic_hidden"], mb["global_state"], option_skills(mb["option"]),
+                mb["first"])
+        else:
+            value = jax.vmap(jax.vmap(critic))(mb["global_state"], option_skills(mb["option"]))
     else:
         log_prob, entropy = jax.vmap(actor.evaluate)(mb["obs"], mb["adj"], mb["option"],
                                                      mb["action"])
@@ -110,9 +126,9 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
     """GAE, the value-norm update and advantage normalization; flat ``[T*E, ...]`` data,
     one shuffle per epoch, and the rollout-side metrics. Under a data-parallel ``axis``
     the batch is this device's ``T x E/D`` share: the statistics (value norm, advantage
-    normalization, metrics) are the whole batch's, the shuffle this device's own. A
-    recurrent executor's data stay time-major, ``[T, E, ...]``, and are shuffled by env
-    copy: a minibatch is whole sequences."""
+    normalization, metrics) are the whole batch's, the shuffle this device's own. With a
+    recurrent executor or critic the data stay time-major, ``[L, S, ...]``, and are
+    shuffled by sequence: a minibatch is whole sequences (:func:`_sequences`)."""
     mm = lambda x, m: _masked_mean(x, m, axis)
     vn = ts.value_norm
     denorm = vn.denormalize if cfg.value_norm else (lambda v: v)
@@ -134,12 +150,19 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
         "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
         "value": batch.value, "alive": alive, "advantage": advantage, "target": target,
     }
-    if ts.actor.recurrent:  # shuffled by sequence: time-major [L, S, ...]
+    if uses_sequences(ts.actor, ts.critic):  # shuffled by sequence: time-major [L, S, ...]
         data.update(first=batch.first)
-        data, hidden = _sequences(data, batch.hidden, batch.option.hidden,
+        if ts.critic.recurrent:  # cut like the rest; each piece keeps its entering state
+            data.update(critic_hidden=batch.critic_hidden)
+        recurrent = ts.actor.recurrent
+        data, hidden = _sequences(data, batch.hidden if recurrent else None,
+                                  batch.option.hidden if recurrent else None,
                                   cfg.sequence_length)
-        data["hidden"] = hidden
-        size = hidden.shape[0]
+        if recurrent:
+            data["hidden"] = hidden
+        if ts.critic.recurrent:
+            data["critic_hidden"] = data["critic_hidden"][0]  # [S, H]
+        size = data["first"].shape[1]
     else:
         size = batch.reward.shape[0] * batch.reward.shape[1]  # T * E (this device's E)
         data = jax.tree.map(lambda x: x.reshape((size, *x.shape[2:])), data)
@@ -158,15 +181,18 @@ def _prepare(ts: TrainState, batch: Batch, cfg: MAPPOConfig, axis: str | None = 
     return ts._replace(value_norm=vn, key=key), data, perms, metrics
 
 
-def _sequences(data: dict, hidden0: jax.Array, hidden_out: jax.Array, length: int
-               ) -> tuple[dict, jax.Array]:
-    """A recurrent executor's training sequences: the ``[T, E, ...]`` leaves of ``data``
-    cut into ``T / length`` pieces per env copy, ``[length, T / length * E, ...]`` (piece
-    ``c`` of copy ``e`` at ``c * E + e``), and the GRU state entering each piece: the
+def _sequences(data: dict, hidden0: jax.Array | None, hidden_out: jax.Array | None,
+               length: int) -> tuple[dict, jax.Array | None]:
+    """The training sequences of a recurrent executor or critic: the ``[T, E, ...]``
+    leaves of ``data`` (``data["first"]`` among them) cut into ``T / length`` pieces per
+    env copy, ``[length, T / length * E, ...]`` (piece ``c`` of copy ``e`` at
+    ``c * E + e``), and a recurrent executor's GRU state entering each piece: the
     collection's entering state ``hidden0`` ``[E, N, H]`` for the first, else the state
     the step before it left (``hidden_out`` ``[T, E, N, H]``; a reset at the piece's
-    first step is the ``first`` flag's job). ``length`` 0 or ``T``: whole sequences."""
-    t_len = hidden_out.shape[0]
+    first step is the ``first`` flag's job); ``None`` without one. A leaf of the state
+    entering each step (a recurrent critic's ``critic_hidden``) gives each piece's at
+    its step 0. ``length`` 0 or ``T``: whole sequences."""
+    t_len = data["first"].shape[0]
     length = length or t_len
     if length == t_len:
         return data, hidden0
@@ -176,6 +202,8 @@ def _sequences(data: dict, hidden0: jax.Array, hidden_out: jax.Array, length: in
         x = x.reshape(pieces, length, *x.shape[1:])
         return jnp.swapaxes(x, 0, 1).reshape(length, pieces * x.shape[2], *x.shape[3:])
 
+    if hidden0 is None:
+        return jax.tree.map(cut, data), None
     starts = jnp.concatenate([hidden0[None], hidden_out[length - 1:t_len - 1:length]])
     return jax.tree.map(cut, data), starts.reshape(-1, *starts.shape[2:])
 
@@ -189,9 +217,10 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     actor_tx, critic_tx = make_optimizers(cfg)
     actor_params, actor_rest = trainable(ts.actor)
     critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
-    if ts.actor.recurrent:  # idx: sequences; every leaf time-major but the GRU state
-        mb = {k: (v[idx] if k == "hidden" else jax.tree.map(lambda x: x[:, idx], v))
-              for k, v in data.items()}
+    if uses_sequences(ts.actor, ts.critic):  # idx: sequences; time-major leaves but the
+        # GRU states entering them
+        mb = {k: (v[idx] if k in ("hidden", "critic_hidden")
+                  else jax.tree.map(lambda x: x[:, idx], v)) for k, v in data.items()}
     else:
         mb = jax.tree.map(lambda x: x[idx], data)
     grads, stats = jax.grad(loss, has_aux=True)(
