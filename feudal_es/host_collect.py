@@ -34,6 +34,7 @@ from feudal_es.mappo import (
     option_skills,
     update,
     update_fused,
+    uses_sequences,
 )
 from feudal_es.pettingzoo_host import EnvNotices, HostEnvSpec
 
@@ -44,17 +45,24 @@ log = logging.getLogger("feudal_es")
 def policy(deterministic: bool, explore: float = 0.0) -> Callable:
     """The one jitted policy of the host path, cached per setting (so a second trainer on
     the same shapes does not compile it again; ``explore``: see ``FeudalActor.step``):
-    ``policy(actor, critic, keys[E], obs[E], adj[E], gstate[E], option[E], t[E]) ->
-    (option, ActOut, value)`` for ``E`` env copies at once; with ``critic=None`` (and
-    ``gstate=None``) the value is ``None`` (evaluation)."""
+    ``policy(actor, critic, keys[E], obs[E], adj[E], gstate[E], option[E], t[E],
+    critic_hidden[E]) -> (option, ActOut, value, critic_hidden)`` for ``E`` env copies at
+    once; with ``critic=None`` (and ``gstate=None``) the value is ``None`` (evaluation).
+    A recurrent critic steps ``critic_hidden`` (its GRU state after the previous step,
+    zeroed where ``t == 0``) and returns the state after this one; else it is ``None``."""
 
     @eqx.filter_jit
-    def step(actor, critic, keys, obs, adj, gstate, option, ep_t):
+    def step(actor, critic, keys, obs, adj, gstate, option, ep_t, critic_hidden=None):
         new_option, out = jax.vmap(
             lambda k, o, a, h, t: actor.step(k, o, a, h, t, deterministic, explore))(
                 keys, obs, adj, option, ep_t)
-        value = None if critic is None else jax.vmap(critic)(gstate, option_skills(new_option))
-        return new_option, out, value
+        value, skills = None, option_skills(new_option)
+        if critic is not None and critic.recurrent:
+            critic_hidden, value = jax.vmap(critic.step)(critic_hidden, gstate, skills,
+                                                         ep_t == 0)
+        elif critic is not None:
+            value = jax.vmap(critic)(gstate, skills)
+        return new_option, out, value, critic_hidden
 
     return step
 
@@ -140,6 +148,7 @@ class HostCollector:
         self._ep_return = np.zeros(e, np.float64)
         self._ep_team = np.zeros(e, np.float64)
         self._option: Any = None
+        self._critic_hidden: np.ndarray | None = None  # a recurrent critic's, [E, H]
         self._policy = policy(deterministic, cfg.option_exploration)
         self._bootstrap = policy(deterministic)
         self._redo(lambda: None, "the first reset of the env copies", fresh=True)
@@ -169,7 +178,7 @@ class HostCollector:
         for redo in range(self.max_redos + 1):
             try:
                 if redo or fresh:
-                    self._option = None
+                    self._option = self._critic_hidden = None
                     self._reset(range(self.copies.num_copies))
                 return attempt()
             except CopiesRestarted as e:
@@ -210,16 +219,23 @@ class HostCollector:
         finished_return: list[float] = []
         finished_team: list[float] = []
         env_reward_sum, team_reward_sum = 0.0, 0.0
+        critic_recurrent = ts.critic.recurrent
+        if critic_recurrent and self._critic_hidden is None:
+            self._critic_hidden = np.broadcast_to(
+                np.asarray(ts.critic.initial_hidden()),
+                (e, ts.critic.gru.hidden_size)).copy()
         key = ts.key
         recurrent = ts.actor.recurrent
+        sequences = uses_sequences(ts.actor, ts.critic)
         hidden = self._option.hidden if recurrent else None  # the GRU state entering
         for _ in range(cfg.num_steps):
             obs, alive, adj, gstate = self._inputs()
             first = self._ep_t == 0  # a new array: the episode's first step
+            critic_entering = self._critic_hidden
             key, sub = jax.random.split(key)
-            option, out, value = jax.device_get(self._policy(
+            option, out, value, critic_hidden = jax.device_get(self._policy(
                 ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
-                self._ep_t))
+                self._ep_t, critic_entering))
             results = self.copies.step_copies(np.asarray(out.env_action),
                                               np.asarray(option_skills(option)))
             ended = []
@@ -237,20 +253,23 @@ class HostCollector:
                     self._views[i] = r.view
             if ended:
                 self._reset(ended)
-            self._option = option
+            self._option, self._critic_hidden = option, critic_hidden
             steps.append(dict(obs=obs, adj=adj, global_state=gstate, option=option,
                               action=out.action, log_prob=out.log_prob, value=value,
                               reward=np.stack([r.reward for r in results]),
                               done=np.stack([r.done for r in results]),
                               alive=alive * np.asarray(getattr(ts.actor, "agent_mask", 1.0)),
-                              **({"first": first} if recurrent else {})))
+                              **({"first": first} if sequences else {}),
+                              **({"critic_hidden": critic_entering} if critic_recurrent
+                                 else {})))
         # bootstrap value after the last step, under the option the selector would choose
-        # (no exploration, as the JAX path's collect)
+        # (no exploration, as the JAX path's collect); a recurrent critic reads that state
+        # from the one the last step left (the next collection reads it again)
         obs, alive, adj, gstate = self._inputs()
         key, sub = jax.random.split(key)
-        _, _, last_value = jax.device_get(self._bootstrap(
+        _, _, last_value, _ = jax.device_get(self._bootstrap(
             ts.actor, ts.critic, jax.random.split(sub, e), obs, adj, gstate, self._option,
-            self._ep_t))
+            self._ep_t, self._critic_hidden))
         traj = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *steps)
         batch = Batch(last_value=jnp.asarray(last_value), **traj,
                       **({"hidden": jnp.asarray(hidden)} if recurrent else {}))

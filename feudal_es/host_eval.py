@@ -99,9 +99,9 @@ class HostEvaluator:
             adj = adjacency((lambda: call(graph)) if callable(graph) else None,
                             spec.num_agents, alive)
             key, sub = jax.random.split(key)
-            option, out, _ = self._policy(actor, None, sub[None],
-                                        jax.tree.map(lambda x: x[None], stacked), adj[None],
-                                        None, option, np.full(1, t, np.int32))
+            option, out, _, _ = self._policy(actor, None, sub[None],
+                                           jax.tree.map(lambda x: x[None], stacked),
+                                           adj[None], None, option, np.full(1, t, np.int32))
             acts = env_actions(spec, np.asarray(out.env_action[0]),
                                [a for a in spec.agents if a in obs])
             live = list(env.agents)
