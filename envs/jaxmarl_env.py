@@ -16,8 +16,10 @@ full JAX speed (``feudal-es train --env jaxmarl/MPE_simple_spread_v3``):
 - ``step`` runs the env's ``step_env`` (no auto-reset: feudal-es resets); ``done`` is
   ``dones["__all__"]`` or the horizon; after ``done`` the state is frozen and rewards are
   0, so a fixed-length fitness episode never counts a finished episode twice;
-- ``team_reward`` is the mean agent reward (of the team's agents, ``with_team``),
-  ``skill_rewards`` the agent's own reward
+- ``team_reward`` is the mean agent reward (of the team's agents, ``with_team``;
+  ``group_teams``: every group is its own team for MAPPO's team rewards,
+  :func:`feudal_es.group_fitness.agent_team_reward`), ``skill_rewards`` the agent's own
+  reward
   (one skill, ``"reward"``), ``comm_graph`` all-to-all, ``global_state`` the env's
   ``world_state``/``get_world_state`` if it has one, else the concatenated observations.
 
@@ -147,12 +149,16 @@ class JaxMARLSwarm(SwarmEnv):
     pad: bool = eqx.field(static=True)  # one shared actor over padded spaces
     team: tuple[int, ...] = eqx.field(static=True)  # with_team's agents (): every agent
     team_name: str = eqx.field(static=True)  # their group's name ("": none named)
+    # every group trains on its own team reward (TrainerConfig.others="train"): MAPPO's
+    # team part of an agent's reward is its group's (feudal_es.group_fitness)
+    group_teams: bool = eqx.field(static=True)
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
         ("agents", AGENT_COLOR), ("landmarks (MPE)", TARGET_COLOR))
 
     def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None,
-                 pad: bool = False, team: str = ""):
+                 pad: bool = False, team: str = "", group_teams: bool = False):
         self.env, self.name, self.pad = env, name, bool(pad)
+        self.group_teams = bool(group_teams)
         self.agents = tuple(env.agents)
         self.num_agents = len(self.agents)
         if not self.agents:
@@ -195,12 +201,14 @@ class JaxMARLSwarm(SwarmEnv):
     def padded(self) -> JaxMARLSwarm:
         """This env with ``pad=True`` (see the module docstring), same horizon."""
         return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=True,
-                            team=self.team_name)
+                            team=self.team_name, group_teams=self.group_teams)
 
-    def with_team(self, name: str) -> JaxMARLSwarm:
+    def with_team(self, name: str, group_teams: bool = False) -> JaxMARLSwarm:
         """This env with group ``name``'s agents as the team (``TrainerConfig.team``): the
-        team reward is their mean reward. ``""``: every agent's."""
-        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=self.pad, team=name)
+        team reward is their mean reward. ``""``: every agent's. ``group_teams``: every
+        group is its own team for MAPPO (``TrainerConfig.others="train"``)."""
+        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=self.pad, team=name,
+                            group_teams=group_teams)
 
     def _stack(self, obs: dict) -> Obs:
         width = self.obs_size - (self.num_agents if self.pad else 0)

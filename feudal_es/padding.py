@@ -57,14 +57,17 @@ def padded(env: ResolvedEnv, config: Any) -> ResolvedEnv:
     ``team``) trains it: a host env's factory :class:`Padded` when ``pad_agents``; a
     JaxMARL env padded alike on the JAX path (``envs.jaxmarl_env.JaxMARLSwarm.padded``);
     a bundled env is refused (its agents share their spaces). ``team`` (a group's name):
-    a JaxMARL env whose team reward is that group's (``with_team``; a host env's spec is
-    told by the runtime)."""
+    a JaxMARL env whose team reward is that group's (``with_team``, each group its own
+    team for MAPPO with ``others="train"``; a host env's spec is told by the runtime)."""
     pad, team = config.pad_agents, config.team
     if team and env.kind != "host":
         if not hasattr(env.core, "with_team"):
             raise ValueError(f"team={team!r} names a group of agents; {env.env_id}'s agents "
                              "are one group (leave team empty)")
-        env = dataclasses.replace(env, core=env.core.with_team(team))
+        core = (env.core.with_team(team, group_teams=True)
+                if getattr(config, "others", "random") == "train"
+                else env.core.with_team(team))  # others="train": each group its own team
+        env = dataclasses.replace(env, core=core)
     if not pad:
         return env
     if env.kind != "host":

@@ -69,6 +69,9 @@ class HostEnvSpec:
             except ValueError as e:
                 raise ValueError(f"{e} (agent {self.agents[g.agents[0]]!r})") from None
         self.team: tuple[str, ...] = ()  # with_team: the team's agents ((): every agent)
+        # with_team(..., group_teams=True): every group is its own team for MAPPO's team
+        # rewards (TrainerConfig.others="train"; feudal_es.group_fitness.host_agent_team)
+        self.group_teams = False
         if len(self.agent_groups) == 1:
             self.observation_space, self.action_space = obs_spaces[0], act_spaces[0]
         else:
@@ -84,10 +87,12 @@ class HostEnvSpec:
         self.global_state_size = (int(np.prod(env.state_space.shape)) if self.has_state
                                   else self.num_agents * obs_size)
 
-    def with_team(self, name: str) -> HostEnvSpec:
+    def with_team(self, name: str, group_teams: bool = False) -> HostEnvSpec:
         """This spec with group ``name``'s agents as the team (``TrainerConfig.team``):
-        :func:`team_reward` averages their rewards only. ``""``: every agent."""
+        :func:`team_reward` averages their rewards only. ``""``: every agent.
+        ``group_teams``: every group is its own team for MAPPO (``others="train"``)."""
         self.team = tuple(self.agents[i] for i in team_agents(self.agent_groups, name))
+        self.group_teams = bool(group_teams)
         return self
 
     @property

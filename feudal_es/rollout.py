@@ -19,6 +19,7 @@ import jax
 from agents import FeudalActor
 from envs.base import SwarmEnv
 from envs.episode import Episode, run_episode
+from feudal_es.group_fitness import env_groups, group_returns
 from feudal_es.theta import set_es_theta
 
 if TYPE_CHECKING:
@@ -54,12 +55,16 @@ def episode(env: SwarmEnv, actor: FeudalActor, key: jax.Array, deterministic: bo
 
 
 def make_population_rollouts(env: SwarmEnv, deterministic: bool, chunk: int = 0,
-                             params: str = "selector") -> Callable:
+                             params: str = "selector", groups: bool = False) -> Callable:
     """``rollouts(actor, thetas[P, D], keys[E]) -> (team_return[P, E], metrics[P, E])``.
 
     Every member ``p`` runs episode ``e`` from ``keys[e]`` (common random numbers) with
     ``set_es_theta(actor, thetas[p], params)`` (``params``: the selector, or the whole
-    actor); ``metrics`` are the env's at the last step.
+    actor); ``metrics`` are the env's at the last step. ``groups`` (every group trains on
+    its own fitness, ``TrainerConfig.others="train"``): the returns are ``[P, E, G]``,
+    each of the env's agent groups' summed mean reward
+    (:func:`feudal_es.group_fitness.group_returns`), the named team's column the team
+    return itself.
     Pure; ``vmap`` x ``vmap`` x ``lax.scan``. ``0 < chunk < P`` evaluates the members
     ``chunk`` at a time instead, ``lax.map(batch_size=chunk)`` (a ``lax.scan`` over
     ``P // chunk`` vmapped chunks, then one vmap over the ``P % chunk`` remainder): same
@@ -67,8 +72,20 @@ def make_population_rollouts(env: SwarmEnv, deterministic: bool, chunk: int = 0,
     """
 
     def one(actor: FeudalActor, key: jax.Array):
+        if groups:
+            return group_one(actor, key)
         ep = episode(env, actor, key, deterministic)
         return ep.team_return, jax.tree.map(lambda m: m[-1], ep.outs)
+
+    def group_one(actor: FeudalActor, key: jax.Array):
+        members, team = env_groups(env)
+        ep = episode(env, actor, key, deterministic, record=lambda out: (
+            out.metrics, group_returns(members, team, out.reward, out.team_reward)))
+        metrics, per_step = ep.outs
+        ret = per_step.sum(axis=0)
+        if team is not None:  # exactly the team return the run reports
+            ret = ret.at[team].set(ep.team_return)
+        return ret, jax.tree.map(lambda m: m[-1], metrics)
 
     def rollouts(actor: FeudalActor, thetas: jax.Array, keys: jax.Array):
         def member(theta):
