@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from feudal_es.group_fitness import host_agent_team
 from feudal_es.pettingzoo_host import (
     EnvNotices,
     HostEnvSpec,
@@ -163,6 +164,7 @@ class CopyGroup:
             out = env.step(acts)
         obs, rew, term, trunc, infos = check_step(env, acts, out, spec, live)
         team = team_reward(infos, rew, spec.team)
+        own = host_agent_team(spec, rew, team)  # others="train": each group's own team
         reward = np.zeros(spec.num_agents, np.float32)
         done = np.zeros(spec.num_agents, np.float32)
         for j, a in enumerate(spec.agents):
@@ -170,10 +172,11 @@ class CopyGroup:
                 continue
             channels = (infos.get(a) or {}).get("skill_rewards")
             local = float(rew[a])
+            mine = team if own is None else float(own[j])
             reward[j] = ((local if channels is None
                           else float(np.asarray(channels).reshape(-1)[skills[j]]))
                          if self.reward == "option" else local if self.reward == "local"
-                         else team if self.reward == "team" else local + team)
+                         else mine if self.reward == "team" else local + mine)
             done[j] = float(term.get(a, False) or trunc.get(a, False))
         mean_reward = float(np.mean(list(rew.values()))) if rew else 0.0
         self._ep_t[k] += 1

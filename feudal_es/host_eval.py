@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from feudal_es.group_fitness import host_group_rewards, spec_groups
 from feudal_es.host_collect import policy
 from feudal_es.pettingzoo_host import (
     EnvNotices,
@@ -67,8 +68,11 @@ class HostEvaluator:
         self.failures: list[dict[str, Any]] = []  # of the last returns() call
         self._policy = policy(bool(deterministic))
 
-    def episode(self, actor: Any, env: Any, seed: int, key: jax.Array) -> float:
-        """One episode's team return (the sum of :func:`team_reward` over its steps)."""
+    def episode(self, actor: Any, env: Any, seed: int, key: jax.Array,
+                groups: bool = False) -> Any:
+        """One episode's team return (the sum of :func:`team_reward` over its steps);
+        ``groups``: every group's instead, ``[G]`` (``others="train"``: the sums of
+        :func:`~feudal_es.group_fitness.host_group_rewards`, the team's the team return)."""
         spec, budget, used = self.spec, self.timeout, 0.0
         message = (f"an evaluation episode of {type(env).__name__} spent more than "
                    f"{budget:g} s in env calls (episode_timeout)")
@@ -94,6 +98,7 @@ class HostEvaluator:
         option = jax.tree.map(lambda x: x[None], actor.initial_option(spec.num_agents))
         graph = getattr(env, "comm_graph", None)
         total, t = 0.0, 0
+        per_group = np.zeros(len(spec.agent_groups), np.float64) if groups else None
         while env.agents and t < self.max_steps:
             stacked, alive = stack_agents(spec, obs)
             adj = adjacency((lambda: call(graph)) if callable(graph) else None,
@@ -106,21 +111,31 @@ class HostEvaluator:
                                [a for a in spec.agents if a in obs])
             live = list(env.agents)
             obs, rew, _, _, infos = check_step(env, acts, call(env.step, acts), spec, live)
-            total += team_reward(infos, rew, spec.team)
+            team = team_reward(infos, rew, spec.team)
+            total += team
+            if per_group is not None:
+                per_group += host_group_rewards(spec, rew, team)
             t += 1
             notices.check(env_name(env), t, seed, "evaluation", obs, rew, infos)
         if env.agents:
             notices.time_limit(env_name(env), self.max_steps, "an evaluation")
+        if per_group is not None:
+            _, index = spec_groups(spec)
+            if index is not None:
+                per_group[index] = total  # exactly the team return
+            return per_group
         return total
 
     def returns(self, actor: Any, thetas: np.ndarray, seed: int, key: jax.Array,
-                episodes: int | None = None) -> np.ndarray:
+                episodes: int | None = None, groups: bool = False) -> np.ndarray:
         """``[P, E]`` team returns of ``thetas[P, D]`` put into ``actor`` (its selector, or
-        the whole actor: ``params``); a failed member's row is NaN (see ``failures``)."""
+        the whole actor: ``params``); a failed member's row is NaN (see ``failures``).
+        ``groups``: ``[P, E, G]``, every group's return (:meth:`episode`)."""
         from feudal_es.theta import set_es_theta
 
         count = self.episodes if episodes is None else int(episodes)
-        out = np.zeros((len(thetas), count), np.float64)
+        shape = (len(thetas), count) + ((len(self.spec.agent_groups),) if groups else ())
+        out = np.zeros(shape, np.float64)
         self.failures = []
         for p, theta in enumerate(thetas):
             a = set_es_theta(actor, jnp.asarray(theta), self.params)
@@ -129,7 +144,7 @@ class HostEvaluator:
                     if self.env is None:
                         self.env = self.make()
                     out[p, e] = self.episode(a, self.env, seed + e,
-                                             jax.random.fold_in(key, e))
+                                             jax.random.fold_in(key, e), groups)
                 except Exception as err:  # the env's fault: this member fails, others run
                     out[p] = np.nan
                     frame = traceback.extract_tb(err.__traceback__)[-1]

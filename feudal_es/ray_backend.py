@@ -84,18 +84,21 @@ class _Worker:
         return os.getpid()
 
     def evaluate(self, version: int, actor_box: list, member: int, theta: np.ndarray,
-                 seed: int, key_data: np.ndarray, episodes: int
+                 seed: int, key_data: np.ndarray, episodes: int, groups: bool = False
                  ) -> tuple[np.ndarray, list[dict], tuple[dict, str | None]]:
         """``(returns[E], failures, notices)`` of one member (``notices``: the worker's
         warnings so far, for the driver to log once); ``actor_box = [ObjectRef]`` of the
-        executor, fetched only when ``version`` changes (once per generation)."""
+        executor, fetched only when ``version`` changes (once per generation).
+        ``groups``: ``returns[E, G]``, every group's (``others="train"``)."""
         import ray
 
         if version != self._version:
             self._actor = ray.get(actor_box[0])
             self._version = version
         key = jax.random.wrap_key_data(np.asarray(key_data))
-        row = self.evaluator.returns(self._actor, theta[None], seed, key, episodes=episodes)[0]
+        extra = {"groups": True} if groups else {}
+        row = self.evaluator.returns(self._actor, theta[None], seed, key, episodes=episodes,
+                                     **extra)[0]
         failures = [{**f, "member": member} for f in getattr(self.evaluator, "failures", [])]
         notices = getattr(self.evaluator, "notices", None)
         return row, failures, ((dict(notices.seen), notices.source) if notices is not None
@@ -159,10 +162,11 @@ class RayEvaluator:
         self.failures: list[dict[str, Any]] = []
 
     def returns(self, actor: Any, thetas: np.ndarray, seed: int, key: jax.Array,
-                episodes: int | None = None) -> np.ndarray:
+                episodes: int | None = None, groups: bool = False) -> np.ndarray:
         """``[P, E]`` team returns of ``thetas[P, D]`` with executor ``actor``; member
         ``p``'s row equals the serial evaluator's. A failed member's row is NaN (see
-        ``failures``); a worker lost for good raises ``RuntimeError``."""
+        ``failures``); a worker lost for good raises ``RuntimeError``. ``groups``:
+        ``[P, E, G]``, every group's (``others="train"``)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
@@ -176,7 +180,7 @@ class RayEvaluator:
         try:
             results = list(pool.map(
                 lambda w, p: w.evaluate.remote(version, box, p, thetas[p], seed, key_data,
-                                               eps),
+                                               eps, groups),
                 range(len(thetas))))
         except RayActorError as e:
             raise RayWorkersLost(
