@@ -174,12 +174,20 @@ def test_evosax_kinds_and_migrating_modes_are_refused():
 
 
 def test_a_trainer_refuses_them_when_it_is_built(tmp_path):
-    """The host path's runtime refuses before anything is built (the JAX path's in
-    :func:`feudal_es.functions.jax_functions`, tested with simple_tag below)."""
+    """The host path's runtime refuses before anything is built, the JAX path's before
+    anything is compiled (:func:`feudal_es.functions.jax_functions`)."""
     from feudal_es.trainer import ESTrainer
 
     with pytest.raises(ValueError, match=r"es.kind='cem'"):
         ESTrainer(TRIO.override({"es": {"kind": "cem"}}), tmp_path / "cem")
+    pytest.importorskip("jaxmarl")
+    jax_cfg = TRIO.override({"env": "jaxmarl/MPE_simple_adversary_v3", "team": "agent",
+                             "num_skills": 1, "es": {"kind": "ga"}})
+    with pytest.raises(ValueError, match=r"es.kind='ga'"):
+        ESTrainer(jax_cfg, tmp_path / "ga")
+    with pytest.raises(ValueError, match=r"mode 'merl-actor' migrates"):
+        ESTrainer(jax_cfg.override({"mode": "merl-actor", "es": {"kind": "nes"}}),
+                  tmp_path / "actor")
 
 
 # --- (b) each group's fitness ----------------------------------------------------------
