@@ -11,10 +11,14 @@ leaves are every group's selector's (:func:`agents.selector_filter`): ES evolves
 together on the team fitness; MAPPO trains every group's executor.
 
 With a named ``team`` (``TrainerConfig.team``, a mixed cooperative / competitive env),
-the other groups act uniformly at random in their own action spaces (a fixed policy):
-their options and GRU states pass through unchanged, their log-probabilities are 0,
-:attr:`GroupedActor.agent_mask` leaves them out of MAPPO's losses, and their selectors
-are not ES's; their parameters stay as built.
+``others`` (``TrainerConfig.others``) says what the other groups do: act uniformly at
+random in their own action spaces (``"random"``, the default), run a scripted JAX policy
+(a callable), play their own actor frozen (``"actor"``: its parameters are a saved run's,
+put in by :meth:`GroupedActor.with_group_actors`), or train too (``"train"``, each on its
+own group's fitness). A fixed group (the first three) is not trained: its log-probabilities
+are 0, :attr:`GroupedActor.agent_mask` leaves it out of MAPPO's losses and its selector is
+not ES's, so its parameters stay bit for bit as they are; random and scripted groups'
+options and GRU states pass through unchanged.
 
 Every group's actor has the same ``ActorConfig`` (sizes, option period, recurrence), so
 their options and GRU states stack; sub-goals (``goal_dim``) and a selector reading the
@@ -53,6 +57,45 @@ def _group_space(space: gym.Space, size: int) -> gym.Space:
     raise ValueError(f"agents in groups read one flat observation vector, got {space}")
 
 
+def _fixed(group: AgentGroup, others: str | Callable) -> tuple | None:
+    """How a group other than the team acts (``GroupedActor.fixed``'s entry) under
+    ``others``: "random", "train" (None: it trains), "actor" (its own, frozen), or a
+    scripted policy (a callable)."""
+    if callable(others):
+        return ("script", others)
+    if others == "train":
+        return None
+    if others == "actor":
+        return ("actor",)
+    if others != "random":
+        raise ValueError(f"others must be 'random', 'train', 'actor' or a callable, got "
+                         f"{others!r}")
+    space = group.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        return ("random", "discrete", int(space.n))
+    return ("random", "box", tuple(np.asarray(space.low, float).tolist()),
+            tuple(np.asarray(space.high, float).tolist()))
+
+
+def _scripted(fn: Callable, key: jax.Array, obs: Any, n: int, action_size: int
+              ) -> jax.Array:
+    """``fn(key, obs)``'s actions of a group's ``n`` agents (``obs``: their observations,
+    cut to the group's size), checked: ``[n]`` ints for a Discrete space, ``[n,
+    action_size]`` floats for a Box."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    a = jnp.asarray(fn(key, obs))
+    want = (n,) if not action_size else (n, action_size)
+    if a.shape != want:
+        raise ValueError(f"the scripted policy {name} returned actions of shape {a.shape} "
+                         f"for {n} agents; their action space wants {want}")
+    if not action_size:
+        if not jnp.issubdtype(a.dtype, jnp.integer):
+            raise ValueError(f"the scripted policy {name} returned {a.dtype} actions for a "
+                             "Discrete space (integers wanted)")
+        return a.astype(jnp.int32)
+    return a.astype(jnp.float32)
+
+
 class GroupedActor(eqx.Module):
     """One :class:`FeudalActor` per :class:`~envs.groups.AgentGroup` (see the module
     docstring); built from the groups, the env's padded per-agent observation space and
@@ -64,12 +107,15 @@ class GroupedActor(eqx.Module):
     obs_sizes: tuple[int, ...] = eqx.field(static=True)
     action_sizes: tuple[int, ...] = eqx.field(static=True)  # Box lengths (Discrete: 0)
     num_agents: int = eqx.field(static=True)
-    # per group: None (its actor acts), or its action space as ("discrete", n) or
-    # ("box", low, high) when it acts uniformly at random (another group is the team)
-    random: tuple[tuple | None, ...] = eqx.field(static=True)
+    # per group: None (its actor acts and trains), or how a fixed group acts (another
+    # group is the team): ("random", "discrete", n) / ("random", "box", low, high)
+    # uniformly at random, ("script", fn) a scripted policy, ("actor",) its own actor,
+    # frozen
+    fixed: tuple[tuple | None, ...] = eqx.field(static=True)
 
     def __init__(self, key: KeyLike, groups: Sequence[AgentGroup], obs_space: gym.Space,
-                 num_skills: int, config: ActorConfig | None = None, team: str = ""):
+                 num_skills: int, config: ActorConfig | None = None, team: str = "",
+                 others: str | Callable = "random"):
         config = ActorConfig() if config is None else config
         if config.goal_dim > 0:
             raise ValueError("ActorConfig.goal_dim > 0 (sub-goals) is not offered for agents "
@@ -90,11 +136,8 @@ class GroupedActor(eqx.Module):
         self.num_agents = sum(len(g) for g in self.groups)
         if team and team not in self.names:
             raise ValueError(f"team={team!r} is not one of the agent groups {self.names}")
-        self.random = tuple(None if not team or g.name == team else (
-            ("discrete", int(g.action_space.n))
-            if isinstance(g.action_space, gym.spaces.Discrete) else
-            ("box", tuple(np.asarray(g.action_space.low, float).tolist()),
-             tuple(np.asarray(g.action_space.high, float).tolist()))) for g in groups)
+        self.fixed = tuple(None if not team or g.name == team else _fixed(g, others)
+                           for g in groups)
         if sorted(i for g in self.groups for i in g) != list(range(self.num_agents)):
             raise ValueError(f"the groups' agents {self.groups} must be 0..N-1, each once")
 
@@ -132,24 +175,52 @@ class GroupedActor(eqx.Module):
         return self.actors[0].recurrent
 
     @property
+    def trains(self) -> tuple[bool, ...]:
+        """Per group: whether it trains (MAPPO, ES), i.e. is not a fixed policy."""
+        return tuple(how is None for how in self.fixed)
+
+    @property
     def agent_mask(self) -> jax.Array:
-        """``[N]`` 1.0 for the agents MAPPO trains, 0.0 for those acting at random."""
+        """``[N]`` 1.0 for the agents MAPPO trains, 0.0 for those of fixed groups."""
         mask = np.ones(self.num_agents, np.float32)
-        for g, how in zip(self.groups, self.random, strict=True):
-            if how is not None:
+        for g, trains in zip(self.groups, self.trains, strict=True):
+            if not trains:
                 mask[list(g)] = 0.0
         return jnp.asarray(mask)
 
-    def _random_act(self, g: int, key: jax.Array) -> ActOut:
-        """Uniformly random actions of group ``g``'s agents, log-probability 0."""
-        how, n = self.random[g], len(self.groups[g])
+    def with_group_actors(self, actors: Sequence[FeudalActor | None]) -> GroupedActor:
+        """This actor with group ``g``'s actor replaced by ``actors[g]`` where not None
+        (a saved run's, for the groups that play it frozen); the shapes must match."""
+        new = list(self.actors)
+        for g, a in enumerate(actors):
+            if a is None:
+                continue
+            mine = jax.tree.map(lambda x: (x.shape, x.dtype), eqx.filter(new[g], eqx.is_array))
+            theirs = jax.tree.map(lambda x: (x.shape, x.dtype), eqx.filter(a, eqx.is_array))
+            if jax.tree.structure(new[g]) != jax.tree.structure(a) or mine != theirs:
+                raise ValueError(f"the saved actor of group {self.names[g]!r} does not fit "
+                                 "this run's (another env, architecture or actor config)")
+            new[g] = a
+        return eqx.tree_at(lambda s: s.actors, self, tuple(new))
+
+    def _fixed_act(self, g: int, key: jax.Array, obs: Any) -> ActOut:
+        """Group ``g``'s actions by its random or scripted policy, log-probability 0."""
+        how, n = self.fixed[g], len(self.groups[g])
         zeros = jnp.zeros((n,), jnp.float32)
-        if how[0] == "discrete":
-            a = jax.random.randint(key, (n,), 0, how[1], jnp.int32)
+        if how[0] == "script":
+            seen = self._obs(g, obs)  # the group's one observation vector, [n, obs_size]
+            seen = next(iter(seen.values())) if isinstance(seen, dict) else seen
+            a = _scripted(how[1], key, seen, n, self.action_sizes[g])
+        elif how[1] == "discrete":
+            a = jax.random.randint(key, (n,), 0, how[2], jnp.int32)
         else:
-            low, high = np.asarray(how[1], np.float32), np.asarray(how[2], np.float32)
+            low, high = np.asarray(how[2], np.float32), np.asarray(how[3], np.float32)
             a = jax.random.uniform(key, (n, low.size), jnp.float32, low, high)
         return ActOut(a, a, zeros, zeros)
+
+    def _acts_itself(self, g: int) -> bool:
+        """Whether group ``g`` acts with its own actor (trained, or a frozen saved one)."""
+        return self.fixed[g] is None or self.fixed[g][0] == "actor"
 
     # --- rows of a group, and back ------------------------------------------------------
     def _rows(self, g: int, tree: Any, axis: int = 0) -> Any:
@@ -208,19 +279,20 @@ class GroupedActor(eqx.Module):
 
     def act(self, key: jax.Array, obs: Any, adj: jax.Array, option: Option,
             deterministic: bool = False) -> ActOut:
-        return self._each(lambda g, a: self._pad_action(g, self._random_act(
-            g, jax.random.fold_in(key, g)) if self.random[g] else a.act(
+        return self._each(lambda g, a: self._pad_action(g, a.act(
             jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
-            self._rows(g, option), deterministic)))
+            self._rows(g, option), deterministic) if self._acts_itself(g) else
+            self._fixed_act(g, jax.random.fold_in(key, g), obs)))
 
     def step(self, key: jax.Array, obs: Any, adj: jax.Array, prev: Option, t: jax.Array,
              deterministic: bool = False, explore: float = 0.0,
              done: jax.Array | None = None) -> tuple[Option, ActOut]:
-        parts = [(self._rows(g, prev), self._random_act(g, jax.random.fold_in(key, g)))
-                 if self.random[g] else
-                 a.step(jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
-                        self._rows(g, prev), t, deterministic, explore,
+        parts = [a.step(jax.random.fold_in(key, g), self._obs(g, obs), self._adj(g, adj),
+                        self._rows(g, prev), t, deterministic,
+                        explore if self.fixed[g] is None else 0.0,
                         None if done is None else self._rows(g, done))
+                 if self._acts_itself(g) else
+                 (self._rows(g, prev), self._fixed_act(g, jax.random.fold_in(key, g), obs))
                  for g, a in enumerate(self.actors)]
         return (self._merge([p[0] for p in parts]),
                 self._merge([self._pad_action(g, p[1]) for g, p in enumerate(parts)]))
@@ -231,14 +303,14 @@ class GroupedActor(eqx.Module):
 
     def evaluate(self, obs: Any, adj: jax.Array, option: Option, action: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
-        return self._each(lambda g, a: self._zeros(g) if self.random[g] else a.evaluate(
+        return self._each(lambda g, a: self._zeros(g) if self.fixed[g] else a.evaluate(
             self._obs(g, obs), self._adj(g, adj), self._rows(g, option),
             self._action(g, self._rows(g, action))))
 
     def evaluate_sequence(self, obs: Any, adj: jax.Array, option: Option, action: jax.Array,
                           first: jax.Array, hidden: jax.Array
                           ) -> tuple[jax.Array, jax.Array]:
-        return self._each(lambda g, a: self._zeros(g, first.shape) if self.random[g] else
+        return self._each(lambda g, a: self._zeros(g, first.shape) if self.fixed[g] else
                           a.evaluate_sequence(
             self._obs(g, obs, 1), self._adj(g, adj), self._rows(g, option, 1),
             self._action(g, self._rows(g, action, 1)), first, self._rows(g, hidden)),
@@ -246,14 +318,14 @@ class GroupedActor(eqx.Module):
 
 
 def make_actor(key: KeyLike, env: Any, config: ActorConfig | None = None,
-               team: str = "") -> Any:
+               team: str = "", others: str | Callable = "random") -> Any:
     """The actor for ``env``: a :class:`GroupedActor` when its agents come in more than
-    one group (``env.agent_groups``; ``team``: the group that acts, the others at
-    random), else a :class:`FeudalActor` (``from_env``)."""
+    one group (``env.agent_groups``; ``team``: the group that is the team, ``others``:
+    what the other groups do), else a :class:`FeudalActor` (``from_env``)."""
     groups = tuple(getattr(env, "agent_groups", ()) or ())
     if len(groups) > 1:
         return GroupedActor(key, groups, env.observation_space, len(env.skill_names), config,
-                            team)
+                            team, others)
     if team:
         raise ValueError(f"team={team!r} names a group of agents, but this env's agents are "
                          "one group (they share their spaces): leave team empty")

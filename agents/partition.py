@@ -21,7 +21,7 @@ def selector_filter(actor: eqx.Module) -> eqx.Module:
         # a group acting at random (another is the team) has no selector ES evolves
         return eqx.tree_at(lambda a: a.actors, spec, tuple(
             jax.tree.map(lambda _: False, a) if how else selector_filter(a)
-            for a, how in zip(actor.actors, actor.random, strict=True)))
+            for a, how in zip(actor.actors, actor.fixed, strict=True)))
     return eqx.tree_at(
         lambda a: a.selector, spec, jax.tree.map(eqx.is_inexact_array, actor.selector)
     )

@@ -136,12 +136,17 @@ def _groups(trainer: Any) -> str:
 
 def eval_command(cfg: Any, run_dir: Path) -> str:
     """The ``feudal-es eval`` command line of a finished run, as this process was started
-    (its console script's path), with the ``--import`` / ``--env`` it needs."""
+    (its console script's path), with the ``--import`` / ``--env`` it needs (the module
+    of the other groups' scripted policy included)."""
+    from feudal_es import opponents
     from feudal_es.resolve import is_code_reference
 
     prog = sys.argv[0] if Path(sys.argv[0]).name == "feudal-es" else "feudal-es"
     argv = [prog, "eval", str(run_dir)]
-    for module in cfg.imports:
+    modules = list(cfg.imports)
+    if opponents.is_function(cfg.others):  # the other groups' scripted policy
+        modules.append(cfg.others.partition(":")[0])
+    for module in dict.fromkeys(modules):
         argv += ["--import", module]
     if is_code_reference(cfg.env):
         argv += ["--env", cfg.env]

@@ -267,10 +267,17 @@ class TrainerConfig:
     # rules for JaxMARL envs; feudal_es.padding); false: one actor per agent group
     pad_agents: bool = False
     # agents in groups (envs.groups), a mixed cooperative / competitive env: the group that
-    # is the team. Its mean reward is the team fitness (unless the env reports one), only
-    # it trains (MAPPO, ES), every other group acts uniformly at random (a fixed policy).
+    # is the team. Its mean reward is the team fitness (unless the env reports one), the
+    # fitness the run reports; what every other group does is ``others``.
     # "" = every group trains on the one team fitness (team_reward, else every agent's)
     team: str = ""
+    # with a named team, what every other group does (feudal_es.opponents): "random"
+    # (uniformly random actions); "train" (it trains too, on its own team fitness: its
+    # agents' mean reward, for ES and for MAPPO's team / mixed rewards); "module:function"
+    # (a scripted JAX policy fn(key, obs[n, obs_size]) -> actions, imported only when
+    # named on the command line); or a saved run / checkpoint whose actor plays that
+    # group, frozen (copied into this run's actor, so resume and eval need no source)
+    others: str = "random"
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
     # host envs, modes with MAPPO: worker processes (Ray actors with backend "ray") that
     # step MAPPO's env copies, each its share of mappo.num_envs (1..num_envs; shares differ
@@ -321,6 +328,12 @@ class TrainerConfig:
             check_bool(f"{c}.{name}", getattr(self, name))
         if not isinstance(self.team, str):
             raise TypeError(f"{c}.team must be a group's name (a string), got {self.team!r}")
+        if not isinstance(self.others, str) or not self.others.strip():
+            raise TypeError(f"{c}.others must be 'random', 'train', 'module:function' or a "
+                            f"saved run's path, got {self.others!r}")
+        if self.others != "random" and not self.team:
+            raise ValueError(f"{c}.others={self.others!r} says what the groups other than "
+                             "the team do: name the team too (team=<group>)")
         imports = tuple(self.imports) if isinstance(self.imports, list) else self.imports
         if not isinstance(imports, tuple) or not all(isinstance(m, str) for m in imports):
             raise TypeError(f"{c}.imports must be a list of module names, got {imports!r}")
@@ -356,6 +369,13 @@ class TrainerConfig:
                              f"sequences: mappo.minibatches ({self.mappo.minibatches}) must "
                              f"divide the {self.mappo.sequences} sequences (mappo.num_envs "
                              "x num_steps / sequence_length)")
+        if self.others == "train":  # each group on its own fitness: what ES kinds fit
+            from feudal_es.group_fitness import check_config
+
+            try:
+                check_config(self)
+            except ValueError as e:
+                raise ValueError(f"{c}: {e}") from None
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         try:
             json.dumps(self.env_kwargs)

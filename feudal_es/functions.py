@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 
 from envs.base import SwarmEnv
-from feudal_es import es, mappo, migration, sharding
+from feudal_es import es, group_fitness, mappo, migration, sharding
 from feudal_es.rollout import (
     episode,
     make_population_rollouts,
@@ -35,7 +35,7 @@ __all__ = ["JaxFunctions", "SeedFunctions", "compile_key", "fused_update", "jax_
            "seed_functions"]
 
 # the config entries that shape the compiled programs (the networks are arguments)
-_SHAPING = ("env", "env_kwargs", "pad_agents", "team", "mappo", "es", "episodes",
+_SHAPING = ("env", "env_kwargs", "pad_agents", "team", "others", "mappo", "es", "episodes",
             "deterministic_eval", "mode", "selector_stage_rounds", "data_parallel")
 
 
@@ -92,7 +92,8 @@ class JaxFunctions:
     rollouts: Callable  # jitted make_population_rollouts (unsharded, at the config's chunk)
     generation: Callable  # (key, es_state, actor) -> (es_state, info): one ES generation
     # fitness(thetas[P, D], actor, keys[E]) -> [P]: the population's team fitness exactly
-    # as generation evaluates it (chunked, sharded; inputs placed as generation places them)
+    # as generation evaluates it (chunked, sharded; inputs placed as generation places them;
+    # [P, G], every group's, when each group trains on its own: others="train")
     fitness: Callable
     # (actor, key) -> Episode with states and outs {"team_reward", "metrics"} per step: one
     # deterministic episode (the GIF's frames and header)
@@ -132,9 +133,10 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     fused = fused_update(config, core)
     rollouts = make_population_rollouts(core, config.deterministic_eval,
                                         population_chunk(config), config.es_params)
+    scored = _scored(config, core, rollouts)
 
     def team_fitness(thetas, actor, keys):
-        return rollouts(actor, thetas, keys)[0].mean(axis=1)
+        return scored(actor, thetas, keys)[0].mean(axis=1)
 
     place = lambda *args: args
     if len(devices) > 1:  # the population axis split over a device mesh
@@ -177,11 +179,25 @@ def _same(ts: Any) -> Any:
     return ts
 
 
+def _scored(config: TrainerConfig, core: SwarmEnv, rollouts: Callable) -> Callable:
+    """The rollouts ES scores its population with: ``rollouts`` itself, or with every
+    group on its own fitness (``others="train"``) the per-group ones (``[P, E, G]``)."""
+    if not group_fitness.trains_groups(config):
+        return rollouts
+    return make_population_rollouts(core, config.deterministic_eval,
+                                    population_chunk(config), config.es_params, groups=True)
+
+
 def _evolve(config: TrainerConfig) -> Callable:
     """``(key, es_state, actor, fitness) -> (es_state, info)``: the round's ES generation
     for ``config``'s mode: :func:`feudal_es.migration.actor_generation` for a mode that
-    migrates the learner, a plain :func:`feudal_es.es.generation` otherwise."""
+    migrates the learner, :func:`feudal_es.group_fitness.evolve` when every group trains
+    on its own fitness (``others="train"``), a plain :func:`feudal_es.es.generation`
+    otherwise."""
     cfg = config.es
+    if group_fitness.trains_groups(config):  # [P, G] fitness, each group its own column
+        group_fitness.check_config(config)
+        return group_fitness.evolve(config)
     if not config.plan.migrates:
         return lambda key, state, actor, fitness: es.generation(key, state, fitness, cfg)
 
@@ -213,12 +229,13 @@ def seed_functions(config: TrainerConfig, core: SwarmEnv, num_seeds: int) -> See
     params = config.es_params
     rollouts = make_population_rollouts(core, config.deterministic_eval,
                                         population_chunk(config), params)
+    scored = _scored(config, core, rollouts)
 
     evolve = _evolve(config)
 
     def generation(key: jax.Array, state: es.ESState, actor: Any):
         def fitness(thetas: jax.Array, k: jax.Array) -> jax.Array:
-            return rollouts(actor, thetas, jax.random.split(k, eps))[0].mean(axis=1)
+            return scored(actor, thetas, jax.random.split(k, eps))[0].mean(axis=1)
 
         return evolve(key, state, actor, fitness)
 

@@ -19,7 +19,7 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from feudal_es import checkpoint, distributed
+from feudal_es import checkpoint, distributed, opponents
 from feudal_es.config import TrainerConfig
 from feudal_es.resolve import resolve_stored_env
 from feudal_es.rundir import seed_dirs
@@ -132,7 +132,9 @@ def _resume(cls: type, run_dir: Path, n_outer: int | None, env: str | None,
         config = dataclasses.replace(config, n_outer=int(n_outer))
     first = next(iter(paths.values()))
     resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, first)
-    trainer = cls(config, run_dir, resolved=resolved)
+    opponents.check_stored(config.others, run_dir)
+    with opponents.templates():  # the checkpoint holds the other groups' actors
+        trainer = cls(config, run_dir, resolved=resolved)
     states = [_load(trainer, i, paths[s], configs[s][1], at_round is None)
               for i, s in enumerate(dirs)]
     if trainer.many:
@@ -171,7 +173,9 @@ def from_checkpoint(cls: type, path: str | os.PathLike, env: str | None = None,
     if env is not None:
         config = dataclasses.replace(config, env=env)
     resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, path)
-    trainer = cls(config, path.parent, resolved=resolved)
+    opponents.check_stored(config.others, path)
+    with opponents.templates():  # the checkpoint holds the other groups' actors
+        trainer = cls(config, path.parent, resolved=resolved)
     expect = trainer.checkpoint_expect() if same_env and current else None
     trainer.state = trainer.restore(0, *checkpoint.load(path, trainer.checkpoint_tree(), expect,
                                                          RENAMED))
@@ -224,7 +228,8 @@ def _transfer(cls: type, trainer: Any, env_kwargs: Mapping[str, Any], env: str |
     # no pretrained init to read again: the actor is the checkpoint's
     config = dataclasses.replace(stored, env_kwargs=merged, init_from="")
     resolved = resolve_stored_env(config.env, config.env_kwargs, config.imports, env, path)
-    new = cls(config, path.parent, resolved=resolved)
+    with opponents.templates():  # the restored actor replaces the new one
+        new = cls(config, path.parent, resolved=resolved)
     built, wanted = _actor_leaves(trainer.ts.actor), _actor_leaves(new.ts.actor)
     diff = _first_difference(built, wanted)
     if diff is not None:

@@ -25,7 +25,7 @@ import numpy as np
 from agents import CentralCritic, FeudalActor, make_actor
 from envs.base import has_option_goals
 from envs.gif import episode_info
-from feudal_es import budget, es, mappo
+from feudal_es import budget, es, group_fitness, mappo, opponents
 from feudal_es.config import TrainerConfig
 from feudal_es.functions import jax_functions
 from feudal_es.migration import migration_env_steps
@@ -49,6 +49,15 @@ def _initial(actor: FeudalActor, config: TrainerConfig) -> FeudalActor:
     from feudal_es.pretrain import load_pretrained
 
     return load_pretrained(config.init_from, actor)
+
+
+def _make_actor(key: jax.Array, env: Any, config: TrainerConfig) -> Any:
+    """A fresh actor for ``env``, or the pretrained one (``config.init_from``); agents in
+    groups: the team and what the other groups play (``config.team`` /
+    ``config.others``; :mod:`feudal_es.opponents`)."""
+    actor = make_actor(key, env, config.actor, config.team, opponents.make_others(
+        config.others))
+    return opponents.with_others(_initial(actor, config), config.others)
 
 
 def _sizes(config: TrainerConfig, obs_space: Any, action_space: Any, num_skills: int,
@@ -88,8 +97,7 @@ class JaxRuntime:
     def init_train_state(self, key: jax.Array) -> mappo.TrainState:
         """A fresh actor and critic and ``mappo.num_envs`` reset env copies."""
         k_actor, k_critic, k_state = jax.random.split(key, 3)
-        actor = _initial(make_actor(k_actor, self.core, self.config.actor, self.config.team),
-                         self.config)
+        actor = _make_actor(k_actor, self.core, self.config)
         critic = CentralCritic.from_env(k_critic, self.core, self.config.critic)
         return self.fns.init_state(k_state, self.core, actor, critic, self.config.mappo)
 
@@ -196,8 +204,9 @@ class HostRuntime:
 
             check_picklable(env.make, config.env)
         probe = env.make()
+        group_fitness.check_config(config)  # others="train": each group on its own fitness
         self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills).with_team(
-            config.team)
+            config.team, group_fitness.trains_groups(config))
         self.device = jax.local_devices()[0]
         sizes = _sizes(config, spec.observation_space, spec.action_space, spec.num_skills,
                        spec.global_state_size, spec.num_agents)
@@ -235,7 +244,7 @@ class HostRuntime:
             raise ValueError(f"critic.time_input needs a fixed episode horizon; env "
                              f"{cfg.env!r} runs on the host path, whose episodes end when "
                              "the env says (set critic.time_input false)")
-        actor = _initial(make_actor(k_actor, spec, cfg.actor, cfg.team), cfg)
+        actor = _make_actor(k_actor, spec, cfg)
         critic = CentralCritic(k_critic, spec.global_state_size, spec.num_agents,
                                spec.num_skills, cfg.critic)
         if self.collector is not None:  # built again (a template for a checkpoint)
@@ -295,10 +304,11 @@ class HostRuntime:
         """``ts`` as is: the host path's learner never leaves this process's device."""
         return ts
 
-    def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int
-                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def returns(self, actor: FeudalActor, thetas: jax.Array, key: jax.Array, episodes: int,
+                groups: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Team returns ``[P, E]`` (a failed member's row NaN); episode ``e`` is reset with
         ``seed + e``, ``seed`` drawn from ``key``, for every member. No env metrics.
+        ``groups``: ``[P, E, G]``, every group's (``others="train"``).
         :class:`~feudal_es.budget.MemoryBudgetError` first if the results cannot fit
         (the episodes themselves stream through one env instance)."""
         thetas = np.atleast_2d(np.asarray(thetas, np.float32))
@@ -306,7 +316,8 @@ class HostRuntime:
                      self.device)
         seed = int(jax.random.randint(key, (), 0, 2**30))
         ev = self.population_evaluator if len(thetas) > 1 else self.evaluator
-        out = ev.returns(actor, thetas, seed, key, episodes=episodes)
+        out = ev.returns(actor, thetas, seed, key, episodes=episodes,
+                         **({"groups": True} if groups else {}))
         phase = "population" if len(thetas) > 1 else "selector_eval"
         self.failures += [{**f, "phase": phase} for f in ev.failures]
         return out, {}
@@ -316,13 +327,17 @@ class HostRuntime:
         """One ES generation exactly as :func:`feudal_es.es.es_step` makes it (same ask,
         tell and per-member fitness as ``eval_fn`` on ``eval_key``'s episodes). Failed
         members rank last; if every member fails, ``FloatingPointError`` names the first
-        failure, before anything is written."""
+        failure, before anything is written. ``others="train"``: every group's fitness,
+        each group's coordinates told with its own (:mod:`feudal_es.group_fitness`)."""
+        groups = group_fitness.trains_groups(self.config)
+        told = dict(coord_group=group_fitness.coord_groups(actor, self.config.es_params),
+                    report=actor.names.index(self.config.team)) if groups else {}
 
         def fitness(population: jax.Array) -> np.ndarray:
             before = len(self.failures)
-            ret, _ = self.returns(actor, population, eval_key, self.config.episodes)
+            ret, _ = self.returns(actor, population, eval_key, self.config.episodes, groups)
             fit = ret.mean(axis=1).astype(np.float32)
-            if not np.isfinite(fit).any():
+            if not np.isfinite(fit[:, told["report"]] if groups else fit).any():
                 first = self.failures[before] if len(self.failures) > before else None
                 cause = (f"; first failure (member {first['member']}, episode "
                          f"{first['episode']}): {first['error']} at {first['where']}"
@@ -330,11 +345,11 @@ class HostRuntime:
                 if self.notices.source:  # the env's own NaN/inf, named
                     cause += f"; earlier, {self.notices.source}"
                 raise FloatingPointError(
-                    f"ES generation: all {fit.size} candidates failed or returned "
+                    f"ES generation: all {len(fit)} candidates failed or returned "
                     f"non-finite fitness{cause}; refusing to update the parameters")
             return fit
 
-        return es.host_generation(key, state, fitness, self.config.es)
+        return es.host_generation(key, state, fitness, self.config.es, **told)
 
     def episode_record(self, actor: FeudalActor, key: jax.Array, seed: int
                        ) -> tuple[list[np.ndarray], dict[str, list[float | None]]]:

@@ -173,21 +173,17 @@ def test_evosax_kinds_and_migrating_modes_are_refused():
         group_fitness.check_config(TRIO.override({"es": {"kind": "evosax:SNES"}}))
 
 
-def test_a_trainer_refuses_them_when_it_is_built(tmp_path):
-    """The host path's runtime refuses before anything is built, the JAX path's before
-    anything is compiled (:func:`feudal_es.functions.jax_functions`)."""
-    from feudal_es.trainer import ESTrainer
-
-    with pytest.raises(ValueError, match=r"es.kind='cem'"):
-        ESTrainer(TRIO.override({"es": {"kind": "cem"}}), tmp_path / "cem")
-    pytest.importorskip("jaxmarl")
+def test_the_config_refuses_them_when_it_is_built():
+    """The config itself refuses (before any trainer, env or compilation), on either
+    path's env; the runtimes check again (a config built around ``__post_init__``)."""
+    with pytest.raises(ValueError, match=r"TrainerConfig: .*es.kind='cem'"):
+        TRIO.override({"es": {"kind": "cem"}})
     jax_cfg = TRIO.override({"env": "jaxmarl/MPE_simple_adversary_v3", "team": "agent",
-                             "num_skills": 1, "es": {"kind": "ga"}})
+                             "num_skills": 1})
     with pytest.raises(ValueError, match=r"es.kind='ga'"):
-        ESTrainer(jax_cfg, tmp_path / "ga")
+        jax_cfg.override({"es": {"kind": "ga"}})
     with pytest.raises(ValueError, match=r"mode 'merl-actor' migrates"):
-        ESTrainer(jax_cfg.override({"mode": "merl-actor", "es": {"kind": "nes"}}),
-                  tmp_path / "actor")
+        jax_cfg.override({"mode": "merl-actor"})
 
 
 # --- (b) each group's fitness ----------------------------------------------------------

@@ -148,6 +148,16 @@ PLAN: dict[str, Run | Skip] = {
     ".venv/bin/feudal-es train --import mympe --env mympe/adversary-v3 --n-outer 2 "
     "--out runs/adversary": Run(("--no-progress",), when="slow", needs="mpe2"),
     ".venv/bin/feudal-es eval runs/adversary --import mympe": Run(when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es train --import mympe --env mympe/adversary-v3 --n-outer 2 "
+    "--set team=adversary --set others=mympe:stand_still --out runs/adv_vs_still":
+        Run(("--no-progress",), when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es eval runs/adv_vs_still --import mympe":
+        Run(when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es train --import mympe --env mympe/adversary-v3 --n-outer 2 "
+    "--set team=agent --set others=runs/adv_vs_still --out runs/agents_vs_adv":
+        Run(("--no-progress",), when="slow", needs="mpe2"),
+    ".venv/bin/feudal-es eval runs/agents_vs_adv --import mympe":
+        Run(when="slow", needs="mpe2"),
     ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_speaker_listener_v4 --n-outer 2 "
     "--out runs/sl": Run(("--set", "mappo.num_envs=4", "--no-progress"), when="slow",
                          needs="jaxmarl"),

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from envs.base import SwarmEnv, auto_reset_step
+from feudal_es.group_fitness import agent_team_reward
 from feudal_es.mappo.config import MAPPOConfig
 from feudal_es.mappo.state import (
     Batch,
@@ -36,13 +37,16 @@ def _option_reward(skill_rewards: jax.Array, option: Any) -> jax.Array:
     return jnp.take_along_axis(skill_rewards, ids[..., None], axis=-1)[..., 0]
 
 
-def agent_reward(kind: str, eo: Any, option: Any) -> jax.Array:
+def agent_reward(kind: str, eo: Any, option: Any, team: jax.Array | None = None
+                 ) -> jax.Array:
     """Each agent's training reward ``[..., N]`` of one step (``MAPPOConfig.reward``):
     the held option's dense channel, the env's dense reward, the team reward given to
-    every agent, or the sum of the last two."""
+    every agent, or the sum of the last two. ``team[..., N]``: each agent's own team
+    reward instead (``others="train"``: its group's, feudal_es.group_fitness)."""
     if kind == "option":
         return _option_reward(eo.skill_rewards, option)
-    team = jnp.broadcast_to(eo.team_reward[..., None], eo.reward.shape)
+    if team is None:
+        team = jnp.broadcast_to(eo.team_reward[..., None], eo.reward.shape)
     if kind == "local":
         return eo.reward
     if kind == "team":
@@ -96,7 +100,7 @@ def collect(env: SwarmEnv, ts: TrainState, cfg: MAPPOConfig,
                                        ro.ep_t, ro.env_state)
         obs, env_state, eo = jax.vmap(auto_reset_step, in_axes=(None, 0, 0, 0))(
             env, _env_keys(k_env, e, axis), ro.env_state, out.env_action)
-        reward = agent_reward(cfg.reward, eo, option)
+        reward = agent_reward(cfg.reward, eo, option, agent_team_reward(env, eo))
         ep_return = ro.ep_return + eo.reward.mean(-1)
         ep_team = ro.ep_team_return + eo.team_reward
         first = ro.ep_t == 0
