@@ -20,7 +20,7 @@ its space. What can be grouped: flat ``Box`` observations, and actions that are 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import gymnasium as gym
@@ -53,23 +53,61 @@ def _base_name(agent: str) -> str:
     return re.sub(r"[_\-]?\d+$", "", agent) or agent
 
 
+def _named(agents: Sequence[str], mapping: Mapping[str, Sequence[str]], where: str
+           ) -> dict[int, str]:
+    """Agent index -> group name of the agents a user's ``mapping`` (group name -> agent
+    names) places; ``ValueError`` naming an unknown agent, one placed twice, or a bad
+    entry."""
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"groups must map group names to lists of agent names, got "
+                        f"{mapping!r}")
+    index, placed = {a: i for i, a in enumerate(agents)}, {}
+    for name, members in mapping.items():
+        if not isinstance(name, str) or not name or isinstance(members, str) or not (
+                isinstance(members, Sequence) and members):
+            raise ValueError(f"groups: {name!r} must name a non-empty list of agents, got "
+                             f"{members!r}")
+        for agent in members:
+            if agent not in index:
+                raise ValueError(f"groups[{name!r}]: {where} has no agent {agent!r} (its "
+                                 f"agents: {list(agents)})")
+            if index[agent] in placed:
+                raise ValueError(f"groups: agent {agent!r} is in both "
+                                 f"{placed[index[agent]]!r} and {name!r}")
+            placed[index[agent]] = name
+    return placed
+
+
 def group_agents(agents: Sequence[str], obs_spaces: Sequence[gym.Space],
-                 action_spaces: Sequence[gym.Space], where: str = "env"
+                 action_spaces: Sequence[gym.Space], where: str = "env",
+                 mapping: Mapping[str, Sequence[str]] | None = None
                  ) -> tuple[AgentGroup, ...]:
     """The agents (names, with their spaces in the same order) in groups of equal
     (observation, action) spaces, in order of each group's first agent; one group when
-    all agents share their spaces. Agents that differ must be groupable (see the module
+    all agents share their spaces. ``mapping`` (``TrainerConfig.groups``: group name ->
+    agent names) places the agents it names in those groups first (e.g. two teams of
+    agents with equal spaces), each group's agents sharing their spaces; the rest are
+    grouped by their spaces. Agents that differ must be groupable (see the module
     docstring): anything else is a ``ValueError`` naming the agent and its space."""
+    named = _named(agents, mapping or {}, where)
     keys: list[tuple[gym.Space, gym.Space]] = []
     members: list[list[int]] = []
+    labels: list[str | None] = []  # the user's name of each group (None: by its spaces)
     for i, (obs, act) in enumerate(zip(obs_spaces, action_spaces, strict=True)):
+        label = named.get(i)
         for k, (o, a) in enumerate(keys):
-            if (obs is o or obs == o) and (act is a or act == a):
+            if labels[k] == label and (obs is o or obs == o) and (act is a or act == a):
                 members[k].append(i)
                 break
+            if label is not None and labels[k] == label:
+                raise ValueError(
+                    f"groups[{label!r}]: agents {agents[members[k][0]]!r} and {agents[i]!r} "
+                    f"differ in their spaces ({o}, {a} vs {obs}, {act}); a group's agents "
+                    "share one actor, so they must share their spaces")
         else:
             keys.append((obs, act))
             members.append([i])
+            labels.append(label)
     if len(keys) > 1:
         kinds = {type(a) for _, a in keys}
         for k, (obs, act) in enumerate(keys):
@@ -90,14 +128,16 @@ def group_agents(agents: Sequence[str], obs_spaces: Sequence[gym.Space],
             raise ValueError(f"{where}: some agents act in Discrete spaces and others in Box "
                              f"spaces ({firsts}); grouped agents must all be Discrete or all "
                              "Box")
-    names: list[str] = []
-    for m in members:
+    names: list[str] = [label or "" for label in labels]
+    for k, m in enumerate(members):
+        if labels[k] is not None:
+            continue
         base = _base_name(agents[m[0]])
         name, j = base, 1
         while name in names:
             j += 1
             name = f"{base}_{j}"
-        names.append(name)
+        names[k] = name
     return tuple(AgentGroup(n, tuple(m), o, a)
                  for n, m, (o, a) in zip(names, members, keys, strict=True))
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
@@ -152,13 +153,17 @@ class JaxMARLSwarm(SwarmEnv):
     # every group trains on its own team reward (TrainerConfig.others="train"): MAPPO's
     # team part of an agent's reward is its group's (feudal_es.group_fitness)
     group_teams: bool = eqx.field(static=True)
+    # the user's groups (TrainerConfig.groups: group name -> agent names), hashable
+    user_groups: tuple[tuple[str, tuple[str, ...]], ...] = eqx.field(static=True)
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
         ("agents", AGENT_COLOR), ("landmarks (MPE)", TARGET_COLOR))
 
     def __init__(self, env: Any, name: str = "jaxmarl", max_steps: int | None = None,
-                 pad: bool = False, team: str = "", group_teams: bool = False):
+                 pad: bool = False, team: str = "", group_teams: bool = False,
+                 groups: Mapping[str, Sequence[str]] | None = None):
         self.env, self.name, self.pad = env, name, bool(pad)
         self.group_teams = bool(group_teams)
+        self.user_groups = tuple((str(k), tuple(v)) for k, v in (groups or {}).items())
         self.agents = tuple(env.agents)
         self.num_agents = len(self.agents)
         if not self.agents:
@@ -169,7 +174,7 @@ class JaxMARLSwarm(SwarmEnv):
             if not isinstance(o, gym.spaces.Box) or len(o.shape) != 1:
                 raise ValueError(f"{name}: observations must be flat vectors, got {o} for "
                                  f"agent {agent!r}")
-        groups = group_agents(self.agents, obs, act, name)
+        groups = group_agents(self.agents, obs, act, name, dict(self.user_groups))
         self.team, self.team_name = team_agents(groups, team), team
         self.obs_sizes = tuple(int(o.shape[0]) for o in obs)
         self.obs_size = max(self.obs_sizes) + (self.num_agents if self.pad else 0)
@@ -200,15 +205,24 @@ class JaxMARLSwarm(SwarmEnv):
     # --- core ------------------------------------------------------------------------
     def padded(self) -> JaxMARLSwarm:
         """This env with ``pad=True`` (see the module docstring), same horizon."""
-        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=True,
-                            team=self.team_name, group_teams=self.group_teams)
+        return self._with(pad=True)
 
     def with_team(self, name: str, group_teams: bool = False) -> JaxMARLSwarm:
         """This env with group ``name``'s agents as the team (``TrainerConfig.team``): the
         team reward is their mean reward. ``""``: every agent's. ``group_teams``: every
         group is its own team for MAPPO (``TrainerConfig.others="train"``)."""
-        return JaxMARLSwarm(self.env, self.name, self.max_steps, pad=self.pad, team=name,
-                            group_teams=group_teams)
+        return self._with(team=name, group_teams=group_teams)
+
+    def regrouped(self, groups: Mapping[str, Sequence[str]]) -> JaxMARLSwarm:
+        """This env with the agents ``groups`` names (group name -> agent names,
+        ``TrainerConfig.groups``) in those groups, the rest by their spaces
+        (:func:`envs.groups.group_agents`)."""
+        return self._with(groups=groups)
+
+    def _with(self, **changes: Any) -> JaxMARLSwarm:
+        settings = dict(pad=self.pad, team=self.team_name, group_teams=self.group_teams,
+                        groups=dict(self.user_groups))
+        return JaxMARLSwarm(self.env, self.name, self.max_steps, **{**settings, **changes})
 
     def _stack(self, obs: dict) -> Obs:
         width = self.obs_size - (self.num_agents if self.pad else 0)

@@ -271,6 +271,10 @@ class TrainerConfig:
     # fitness the run reports; what every other group does is ``others``.
     # "" = every group trains on the one team fitness (team_reward, else every agent's)
     team: str = ""
+    # agents in groups by a mapping of your own: group name -> agent names (e.g. two teams
+    # whose agents share their spaces: {"red": ["agent_0", "agent_1"], "blue": [...]});
+    # agents it does not name are grouped by their spaces. {} = every agent by its spaces
+    groups: dict = dataclasses.field(default_factory=dict)
     # with a named team, what every other group does (feudal_es.opponents): "random"
     # (uniformly random actions); "train" (it trains too, on its own team fitness: its
     # agents' mean reward, for ES and for MAPPO's team / mixed rewards); "module:function"
@@ -328,6 +332,15 @@ class TrainerConfig:
             check_bool(f"{c}.{name}", getattr(self, name))
         if not isinstance(self.team, str):
             raise TypeError(f"{c}.team must be a group's name (a string), got {self.team!r}")
+        if not isinstance(self.groups, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, list | tuple) and v
+                and all(isinstance(a, str) for a in v) for k, v in self.groups.items()):
+            raise TypeError(f"{c}.groups must map group names to non-empty lists of agent "
+                            f"names, got {self.groups!r}")
+        object.__setattr__(self, "groups", {k: list(v) for k, v in self.groups.items()})
+        if self.groups and self.pad_agents:
+            raise ValueError(f"{c}.groups puts agents in groups, one actor each; "
+                             "pad_agents=true gives every agent one shared actor: choose one")
         if not isinstance(self.others, str) or not self.others.strip():
             raise TypeError(f"{c}.others must be 'random', 'train', 'module:function' or a "
                             f"saved run's path, got {self.others!r}")

@@ -35,8 +35,9 @@ __all__ = ["JaxFunctions", "SeedFunctions", "compile_key", "fused_update", "jax_
            "seed_functions"]
 
 # the config entries that shape the compiled programs (the networks are arguments)
-_SHAPING = ("env", "env_kwargs", "pad_agents", "team", "others", "mappo", "es", "episodes",
-            "deterministic_eval", "mode", "selector_stage_rounds", "data_parallel")
+_SHAPING = ("env", "env_kwargs", "pad_agents", "groups", "team", "others", "mappo", "es",
+            "episodes", "deterministic_eval", "mode", "selector_stage_rounds",
+            "data_parallel")
 
 
 def fused_update(config: TrainerConfig, core: SwarmEnv) -> bool:

@@ -53,13 +53,20 @@ class Padded:
 
 
 def padded(env: ResolvedEnv, config: Any) -> ResolvedEnv:
-    """``env`` as a run of ``config`` (a ``TrainerConfig``: its ``pad_agents`` and
-    ``team``) trains it: a host env's factory :class:`Padded` when ``pad_agents``; a
-    JaxMARL env padded alike on the JAX path (``envs.jaxmarl_env.JaxMARLSwarm.padded``);
-    a bundled env is refused (its agents share their spaces). ``team`` (a group's name):
-    a JaxMARL env whose team reward is that group's (``with_team``, each group its own
-    team for MAPPO with ``others="train"``; a host env's spec is told by the runtime)."""
-    pad, team = config.pad_agents, config.team
+    """``env`` as a run of ``config`` (a ``TrainerConfig``: its ``pad_agents``,
+    ``groups`` and ``team``) trains it: a host env's factory :class:`Padded` when
+    ``pad_agents``; a JaxMARL env padded alike on the JAX path
+    (``envs.jaxmarl_env.JaxMARLSwarm.padded``); a bundled env is refused (its agents
+    share their spaces). ``groups``: a JaxMARL env with the user's groups (``regrouped``).
+    ``team`` (a group's name): a JaxMARL env whose team reward is that group's
+    (``with_team``, each group its own team for MAPPO with ``others="train"``). A host
+    env's spec is told both by the runtime."""
+    pad, team, groups = config.pad_agents, config.team, getattr(config, "groups", {})
+    if groups and env.kind != "host":  # the host path's spec is told by the runtime
+        if not hasattr(env.core, "regrouped"):
+            raise ValueError(f"groups={groups!r} places agents in groups; {env.env_id} is "
+                             "not a multi-agent env of named agents (PettingZoo, JaxMARL)")
+        env = dataclasses.replace(env, core=env.core.regrouped(groups))
     if team and env.kind != "host":
         if not hasattr(env.core, "with_team"):
             raise ValueError(f"team={team!r} names a group of agents; {env.env_id}'s agents "

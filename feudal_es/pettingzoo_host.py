@@ -50,10 +50,12 @@ class HostEnvSpec:
     different spaces come in groups (``agent_groups``, :mod:`envs.groups`: one actor per
     group), their observations stacked zero-padded to the largest
     (``observation_space``), their actions stacked likewise (``action_space``); each
-    agent's own spaces are ``agent_spaces``.
+    agent's own spaces are ``agent_spaces``. ``groups`` (``TrainerConfig.groups``: group
+    name -> agent names) places the agents it names first (:func:`envs.groups.group_agents`).
     """
 
-    def __init__(self, env: Any, num_skills: int | None = None):
+    def __init__(self, env: Any, num_skills: int | None = None,
+                 groups: Mapping[str, Sequence[str]] | None = None):
         self.agents: list[str] = list(env.possible_agents)
         if not self.agents:
             raise ValueError(f"{type(env).__name__} has no possible_agents")
@@ -62,7 +64,7 @@ class HostEnvSpec:
         act_spaces = [env.action_space(a) for a in self.agents]
         self.agent_spaces = dict(zip(self.agents, zip(obs_spaces, act_spaces, strict=True),
                                      strict=True))
-        self.agent_groups = group_agents(self.agents, obs_spaces, act_spaces, name)
+        self.agent_groups = group_agents(self.agents, obs_spaces, act_spaces, name, groups)
         for g in self.agent_groups:  # once per distinct pair of spaces
             try:
                 check_spaces(g.observation_space, g.action_space, name)

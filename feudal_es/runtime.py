@@ -205,7 +205,8 @@ class HostRuntime:
             check_picklable(env.make, config.env)
         probe = env.make()
         group_fitness.check_config(config)  # others="train": each group on its own fitness
-        self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills).with_team(
+        self.spec = spec = host.HostEnvSpec(probe, num_skills=config.num_skills,
+                                            groups=config.groups).with_team(
             config.team, group_fitness.trains_groups(config))
         self.device = jax.local_devices()[0]
         sizes = _sizes(config, spec.observation_space, spec.action_space, spec.num_skills,

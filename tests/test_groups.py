@@ -63,6 +63,37 @@ def test_agents_are_grouped_by_their_spaces_and_what_cannot_be_is_named():
                      [box(1), box(1)])
 
 
+def test_a_users_groups_split_agents_that_share_their_spaces():
+    """``TrainerConfig.groups`` (group name -> agent names) places the agents it names,
+    the rest by their spaces; both adapters take it; what it cannot do is named."""
+    box = lambda n: gym.spaces.Box(-1.0, 1.0, (n,), np.float32)
+    agents, obs, act = ["a_0", "a_1", "a_2", "b_0"], [box(2)] * 3 + [box(3)], [box(1)] * 4
+    groups = group_agents(agents, obs, act, mapping={"red": ["a_2", "a_0"]})
+    assert [(g.name, g.agents) for g in groups] == [("red", (0, 2)), ("a", (1,)),
+                                                    ("b", (3,))]
+    with pytest.raises(ValueError, match=r"groups\['red'\]: agents 'a_0' and 'b_0' differ"):
+        group_agents(agents, obs, act, mapping={"red": ["a_0", "b_0"]})
+    with pytest.raises(ValueError, match=r"has no agent 'c_0' \(its agents: \['a_0'"):
+        group_agents(agents, obs, act, mapping={"red": ["c_0"]})
+    with pytest.raises(ValueError, match=r"'a_0' is in both 'red' and 'blue'"):
+        group_agents(agents, obs, act, mapping={"red": ["a_0"], "blue": ["a_0"]})
+    spec = HostEnvSpec(SpeakerListener(), num_skills=2, groups={"talker": ["speaker_0"]})
+    assert [g.name for g in spec.agent_groups] == ["talker", "listener"]
+    with pytest.raises(TypeError, match=r"groups must map group names"):
+        TrainerConfig(env="x", groups={"red": []})
+    with pytest.raises(ValueError, match=r"choose one"):
+        TrainerConfig(env="x", groups={"red": ["a_0"]}, pad_agents=True)
+    pytest.importorskip("jaxmarl")
+    from envs.jaxmarl_env import make_jaxmarl
+
+    env = make_jaxmarl("MPE_simple_spread_v3").regrouped({"lead": ["agent_0"]})
+    assert [(g.name, g.agents) for g in env.agent_groups] == [("lead", (0,)),
+                                                              ("agent", (1, 2))]
+    assert env.with_team("lead").agent_groups == env.agent_groups
+    actor = make_actor(jax.random.key(0), env, ACTOR, team="lead")
+    assert isinstance(actor, GroupedActor) and actor.names == ("lead", "agent")
+
+
 def test_the_grouped_actor_is_each_groups_actor_on_its_own_observations():
     """Plain loop over groups on the env's raw per-agent dict: each group's FeudalActor on
     its agents' unpadded observations gives the grouped actor's options, actions,
@@ -280,12 +311,14 @@ def test_a_named_team_trains_alone_while_the_other_groups_act_at_random():
 
 def test_padding_and_the_team_shape_the_compiled_programs():
     """They change the env the jitted functions close over, so a second run in the same
-    process with another pad_agents or team must not reuse the first's programs."""
+    process with another pad_agents, groups or team must not reuse the first's
+    programs."""
     from feudal_es.functions import compile_key
     from feudal_es.resolve import resolve_env
 
     base = CONFIG.override({"env": "feudal_es/Rover-v0"})
     env = resolve_env(base.env).core
     keys = {compile_key(c, env) for c in (base, base.override({"pad_agents": True}),
-                                          base.override({"team": "x"}))}
-    assert len(keys) == 3
+                                          base.override({"team": "x"}),
+                                          base.override({"groups": {"x": ["y"]}}))}
+    assert len(keys) == 4

@@ -166,6 +166,10 @@ PLAN: dict[str, Run | Skip] = {
     "--set actor.recurrent=true --out runs/tag":
         Run(("--set", "mappo.num_envs=4", "--no-progress"), when="slow", needs="jaxmarl"),
     ".venv/bin/feudal-es eval runs/tag": Run(when="slow", needs="jaxmarl"),
+    ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_spread_v3 --n-outer 2 --set "
+    'groups={"lead": ["agent_0"]} --set team=lead --set others=train --out runs/lead':
+        Run(("--set", "mappo.num_envs=4", "--no-progress"), when="slow", needs="jaxmarl"),
+    ".venv/bin/feudal-es eval runs/lead": Run(when="slow", needs="jaxmarl"),
     # JaxMARL envs
     ".venv/bin/feudal-es train --env jaxmarl/MPE_simple_spread_v3 --mode mappo "
     "--config configs/mpe.json --n-outer 10":
