@@ -37,22 +37,11 @@ from feudal_es.evolution import ESConfig
 from feudal_es.mappo import MAPPOConfig
 from feudal_es.modes import MODES as _MODES
 from feudal_es.modes import Mode, mode
+from feudal_es.opponents import check_settings
 
-__all__ = [
-    "AUTO_SETTINGS",
-    "BACKENDS",
-    "COMPACT_ACTOR",
-    "MODES",
-    "NESTED_CONFIGS",
-    "OBSERVATION_DEFAULTS",
-    "OBSERVATION_KINDS",
-    "SEED_MAX",
-    "VEC_ACTOR",
-    "TrainerConfig",
-    "check_seed",
-    "demo_config",
-    "parse_assignment",
-]
+__all__ = ["AUTO_SETTINGS", "BACKENDS", "COMPACT_ACTOR", "MODES", "NESTED_CONFIGS",
+           "OBSERVATION_DEFAULTS", "OBSERVATION_KINDS", "SEED_MAX", "VEC_ACTOR",
+           "TrainerConfig", "check_seed", "demo_config", "parse_assignment"]
 
 MODES = tuple(_MODES)  # what TrainerConfig.mode may name (feudal_es.modes says what each does)
 BACKENDS = ("serial", "ray")
@@ -267,20 +256,15 @@ class TrainerConfig:
     # rules for JaxMARL envs; feudal_es.padding); false: one actor per agent group
     pad_agents: bool = False
     # agents in groups (envs.groups), a mixed cooperative / competitive env: the group that
-    # is the team. Its mean reward is the team fitness (unless the env reports one), the
-    # fitness the run reports; what every other group does is ``others``.
-    # "" = every group trains on the one team fitness (team_reward, else every agent's)
+    # is the team, its mean reward the team fitness (unless the env reports one); "" =
+    # every group trains on the one team fitness (team_reward, else every agent's)
     team: str = ""
-    # agents in groups by a mapping of your own: group name -> agent names (e.g. two teams
-    # whose agents share their spaces: {"red": ["agent_0", "agent_1"], "blue": [...]});
-    # agents it does not name are grouped by their spaces. {} = every agent by its spaces
+    # groups of your own: group name -> agent names (e.g. two teams of equal agents); the
+    # agents it does not name are grouped by their spaces
     groups: dict = dataclasses.field(default_factory=dict)
-    # with a named team, what every other group does (feudal_es.opponents): "random"
-    # (uniformly random actions); "train" (it trains too, on its own team fitness: its
-    # agents' mean reward, for ES and for MAPPO's team / mixed rewards); "module:function"
-    # (a scripted JAX policy fn(key, obs[n, obs_size]) -> actions, imported only when
-    # named on the command line); or a saved run / checkpoint whose actor plays that
-    # group, frozen (copied into this run's actor, so resume and eval need no source)
+    # with a named team, what every other group does (feudal_es.opponents): "random"; a
+    # scripted JAX policy "module:function"; a saved run whose actor plays it, frozen; or
+    # "train" (each group on its own fitness: its agents' mean reward)
     others: str = "random"
     ray_workers: int = 0  # backend "ray": actors evaluating members; 0 = Ray's CPU count
     # host envs, modes with MAPPO: worker processes (Ray actors with backend "ray") that
@@ -330,23 +314,6 @@ class TrainerConfig:
         check_number(f"{c}.episode_timeout", self.episode_timeout, low=0.0)
         for name in ("deterministic_eval", "gif", "pad_agents"):
             check_bool(f"{c}.{name}", getattr(self, name))
-        if not isinstance(self.team, str):
-            raise TypeError(f"{c}.team must be a group's name (a string), got {self.team!r}")
-        if not isinstance(self.groups, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, list | tuple) and v
-                and all(isinstance(a, str) for a in v) for k, v in self.groups.items()):
-            raise TypeError(f"{c}.groups must map group names to non-empty lists of agent "
-                            f"names, got {self.groups!r}")
-        object.__setattr__(self, "groups", {k: list(v) for k, v in self.groups.items()})
-        if self.groups and self.pad_agents:
-            raise ValueError(f"{c}.groups puts agents in groups, one actor each; "
-                             "pad_agents=true gives every agent one shared actor: choose one")
-        if not isinstance(self.others, str) or not self.others.strip():
-            raise TypeError(f"{c}.others must be 'random', 'train', 'module:function' or a "
-                            f"saved run's path, got {self.others!r}")
-        if self.others != "random" and not self.team:
-            raise ValueError(f"{c}.others={self.others!r} says what the groups other than "
-                             "the team do: name the team too (team=<group>)")
         imports = tuple(self.imports) if isinstance(self.imports, list) else self.imports
         if not isinstance(imports, tuple) or not all(isinstance(m, str) for m in imports):
             raise TypeError(f"{c}.imports must be a list of module names, got {imports!r}")
@@ -382,13 +349,7 @@ class TrainerConfig:
                              f"sequences: mappo.minibatches ({self.mappo.minibatches}) must "
                              f"divide the {self.mappo.sequences} sequences (mappo.num_envs "
                              "x num_steps / sequence_length)")
-        if self.others == "train":  # each group on its own fitness: what ES kinds fit
-            from feudal_es.group_fitness import check_config
-
-            try:
-                check_config(self)
-            except ValueError as e:
-                raise ValueError(f"{c}: {e}") from None
+        check_settings(self)  # groups, team, others
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         try:
             json.dumps(self.env_kwargs)

@@ -22,12 +22,12 @@ import contextvars
 import importlib
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_stored", "is_function", "load_function", "make_others", "templates",
-           "with_others"]
+__all__ = ["check_settings", "check_stored", "is_function", "load_function", "make_others",
+           "templates", "with_others"]
 
 _FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _TEMPLATE = contextvars.ContextVar("feudal_es_opponents_template", default=False)
@@ -111,3 +111,33 @@ def with_others(actor: Any, others: str) -> Any:
                          f"groups: its groups are {names}, this run's {actor.names}")
     return actor.with_group_actors([None if trains else a for a, trains in
                                     zip(saved.actors, actor.trains, strict=True)])
+
+
+def check_settings(config: Any) -> None:
+    """Check a ``TrainerConfig``'s agent-group settings (``groups``, ``team``, ``others``;
+    ``TypeError`` / ``ValueError`` naming the field) and store ``groups`` as plain lists."""
+    c, groups, others = type(config).__name__, config.groups, config.others
+    if not isinstance(config.team, str):
+        raise TypeError(f"{c}.team must be a group's name (a string), got {config.team!r}")
+    if not isinstance(groups, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, list | tuple) and v
+            and all(isinstance(a, str) for a in v) for k, v in groups.items()):
+        raise TypeError(f"{c}.groups must map group names to non-empty lists of agent "
+                        f"names, got {groups!r}")
+    object.__setattr__(config, "groups", {k: list(v) for k, v in groups.items()})
+    if groups and config.pad_agents:
+        raise ValueError(f"{c}.groups puts agents in groups, one actor each; "
+                         "pad_agents=true gives every agent one shared actor: choose one")
+    if not isinstance(others, str) or not others.strip():
+        raise TypeError(f"{c}.others must be 'random', 'train', 'module:function' or a "
+                        f"saved run's path, got {others!r}")
+    if others != "random" and not config.team:
+        raise ValueError(f"{c}.others={others!r} says what the groups other than the team "
+                         "do: name the team too (team=<group>)")
+    if others == "train":  # each group on its own fitness: which ES kinds and modes fit
+        from feudal_es.group_fitness import check_config
+
+        try:
+            check_config(config)
+        except ValueError as e:
+            raise ValueError(f"{c}: {e}") from None

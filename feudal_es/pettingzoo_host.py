@@ -1,10 +1,8 @@
 """A PettingZoo ``ParallelEnv`` as the host path sees it: its spec, checks of what it
 returns, time limits on its calls, and the conversions between its per-agent dicts and the
-actor's arrays.
-
-:class:`HostEnvSpec` reads the shapes the actor and critic need (agents must share one
-observation and one action space; :func:`check_spaces` refuses spaces the actor cannot
-read or emit). :func:`check_reset` and :func:`check_step` validate every ``reset`` /
+actor's arrays. :class:`HostEnvSpec` reads the shapes the actor and critic need (agents in
+groups by their spaces, :mod:`envs.groups`; :func:`check_spaces` refuses spaces the actor
+cannot read or emit). :func:`check_reset` and :func:`check_step` validate every ``reset`` /
 ``step`` result against the ParallelEnv API, raising :class:`EnvOutputError` naming the
 env, the call, the agent and the problem; :func:`probe_env` runs one checked reset and
 step before any compute is spent. :func:`deadline` bounds an env call in time
@@ -50,8 +48,7 @@ class HostEnvSpec:
     different spaces come in groups (``agent_groups``, :mod:`envs.groups`: one actor per
     group), their observations stacked zero-padded to the largest
     (``observation_space``), their actions stacked likewise (``action_space``); each
-    agent's own spaces are ``agent_spaces``. ``groups`` (``TrainerConfig.groups``: group
-    name -> agent names) places the agents it names first (:func:`envs.groups.group_agents`).
+    agent's own spaces are ``agent_spaces``; ``groups``: ``TrainerConfig.groups``.
     """
 
     def __init__(self, env: Any, num_skills: int | None = None,
@@ -71,9 +68,7 @@ class HostEnvSpec:
             except ValueError as e:
                 raise ValueError(f"{e} (agent {self.agents[g.agents[0]]!r})") from None
         self.team: tuple[str, ...] = ()  # with_team: the team's agents ((): every agent)
-        # with_team(..., group_teams=True): every group is its own team for MAPPO's team
-        # rewards (TrainerConfig.others="train"; feudal_es.group_fitness.host_agent_team)
-        self.group_teams = False
+        self.group_teams = False  # with_team's: each group its own team (others="train")
         if len(self.agent_groups) == 1:
             self.observation_space, self.action_space = obs_spaces[0], act_spaces[0]
         else:
