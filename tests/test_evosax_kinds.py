@@ -122,6 +122,7 @@ def test_seeds_by_vmap_equal_seeds_one_by_one():
     assert not np.allclose(np.asarray(batched.mean[0]), 0.0)  # it moved
 
 
+@pytest.mark.slow  # ~31 s: a subprocess with one device per core (splitting is test_sharding's)
 def test_cma_es_seeds_split_over_as_many_cpu_devices_as_cores_finish(tmp_path):
     """CMA-ES on 4 seeds over 2 CPU devices, through the CLI. Batched, its ``eigh`` is
     jaxlib's LAPACK kernel splitting the batch over the intra-op pool and waiting; with

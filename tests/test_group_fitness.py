@@ -239,6 +239,7 @@ def test_host_group_fitness_is_each_groups_summed_mean_reward():
     assert len({tuple(r) for r in got.mean(1).round(6)}) > 1  # the members differ
 
 
+@pytest.mark.slow  # ~14 s: simple_adversary population rollouts (host oracle: default)
 def test_jax_group_fitness_is_each_groups_summed_mean_reward():
     """simple_adversary (1 adversary, 2 good agents; the good agents the team): the
     population rollouts' ``[P, E, G]`` against each member's episodes replayed one by
@@ -306,6 +307,7 @@ def test_host_mappo_team_reward_is_each_agents_own_groups():
     assert not np.allclose(own, shared)
 
 
+@pytest.mark.slow  # ~9 s: a JaxMARL collection (host oracle: default)
 def test_jax_mappo_team_reward_is_each_agents_own_groups():
     """simple_adversary on the JAX path: one collection with reward "local" and one
     with "team" from the same state (the same actions): the adversary's team reward is

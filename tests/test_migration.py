@@ -106,6 +106,7 @@ def test_selector_mask_and_write_back_on_a_feudal_actor():
         assert a is b
 
 
+@pytest.mark.slow  # ~25 s: a merl-actor round (the elitist rule's oracle: default)
 def test_merl_actor_round_keeps_the_learner_and_reports_the_mean(tmp_path):
     """Two rounds of two seeds: the learner's executor is exactly what MAPPO alone makes
     of it (ES never overwrites it), its selector is the mean's, and the run's result and

@@ -77,6 +77,7 @@ def test_two_writers_started_together_one_is_refused_naming_the_holder(work):
         f"ckpt_0000000{r}.safetensors" for r in (1, 2, 3)]
 
 
+@pytest.mark.slow  # ~20 s: a CLI run killed, then resumed (refusals: default)
 def test_a_killed_runs_lock_is_taken_over_by_resume(work):
     """Frozen (SIGSTOP) after its first checkpoint, the run still holds its lock and
     ``--resume`` is refused naming it; SIGKILLed, its lock goes with it (its note stays)
