@@ -341,6 +341,7 @@ def policy_final_costs(batched, policy) -> np.ndarray:
     return np.asarray(out.metrics["coverage_cost"])
 
 
+@pytest.mark.slow  # ~18 s: 64 default-size episodes per policy (centroids: default)
 def test_lloyd_lowers_coverage_cost_vs_random(batched):
     """Over BATCH env seeds, both Lloyd variants end far below a random policy's J/J0."""
     final = {name: float(policy_final_costs(batched, policy).mean())

@@ -141,6 +141,7 @@ def work(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.mark.slow  # ~14 s: CLI runs (the API refusals run by default)
 def test_absurd_sizes_are_refused_by_the_cli_before_allocating(work):
     """Every probe at once (they only import and estimate): exit 2, one line naming the
     field and the memory, no traceback, no banner, nothing written, seconds, low RSS."""
