@@ -69,6 +69,12 @@ class Coverage(SwarmEnv):
       Neighbours are the robots within ``comm_radius`` (those of :meth:`comm_graph`) whose
       cell falls in the window. The boundary channel is the fraction of the pixel that lies
       outside the world (1 outside, 0 inside). ``num_channels`` gives C.
+    - ``"memory"`` ``[N, 2, memory_size, memory_size]`` float32, only with
+      ``memory_size > 0``: the robot's whole sensed map (what decentralized Lloyd weighs
+      its centroid by) and its seen mask, over the whole world (world frame, rows = y),
+      averaged over ``memory_size`` near-equal blocks of cells a side (any grid size, so
+      an actor transfers to a larger world). LPAC's robots keep such a map; the window
+      above shows only its neighbourhood.
     - ``"vec"`` ``[N, 2]`` float32: position / world_size, in [0, 1]^2.
 
     **Action.** ``[N, 2]`` velocity in [-1, 1]^2 (clipped), times ``max_speed`` world units
@@ -118,6 +124,7 @@ class Coverage(SwarmEnv):
     feature_sigma: tuple[float, float] = eqx.field(static=True)
     neighbour_map: str = eqx.field(static=True)
     global_map_size: int = eqx.field(static=True)
+    memory_size: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -135,6 +142,7 @@ class Coverage(SwarmEnv):
         feature_sigma: tuple[float, float] = (0.04, 0.1),
         neighbour_map: str = "count",
         global_map_size: int = 8,
+        memory_size: int = 0,
     ):
         """Validate and store the configuration (all lengths in world units).
 
@@ -153,6 +161,8 @@ class Coverage(SwarmEnv):
           feature_sigma: (low, high) range of the features' standard deviations.
           neighbour_map: ``"count"`` (3 channels) or ``"xy"`` (4 channels, LPAC-style).
           global_map_size: side of the coarse density maps in :meth:`global_state`.
+          memory_size: side of each robot's ``"memory"`` observation (its whole sensed
+            map, coarse; at most ``grid_size``); 0 = no such entry.
         """
         self.num_agents = check_positive_int("num_agents", num_agents)
         self.grid_size = check_positive_int("grid_size", grid_size, minimum=2)
@@ -161,6 +171,12 @@ class Coverage(SwarmEnv):
         self.num_features = check_positive_int("num_features", num_features)
         self.max_steps = check_positive_int("max_steps", max_steps)
         self.global_map_size = check_positive_int("global_map_size", global_map_size)
+        if isinstance(memory_size, bool) or not isinstance(memory_size, int) or memory_size < 0:
+            raise ValueError(f"memory_size must be an int >= 0, got {memory_size!r}")
+        if memory_size > self.grid_size:
+            raise ValueError(f"memory_size ({memory_size}) must be at most grid_size "
+                             f"({self.grid_size})")
+        self.memory_size = memory_size
         self.world_size = check_positive_float("world_size", world_size)
         self.max_speed = check_positive_float("max_speed", max_speed)
         self.comm_radius = check_positive_float("comm_radius", comm_radius)
@@ -355,7 +371,13 @@ class Coverage(SwarmEnv):
         ).astype(jnp.float32)
         vec = (state.pos / self.world_size).astype(jnp.float32)
         assert maps.shape == (n, self.num_channels, m, m)
-        return {"maps": maps, "vec": vec}
+        if not self.memory_size:
+            return {"maps": maps, "vec": vec}
+        avg = jnp.asarray(_block_means(self.grid_size, self.memory_size))  # [M, G]
+        coarse = lambda x: jnp.einsum("rg,ngh,ch->nrc", avg, x, avg)
+        memory = jnp.stack([coarse(self.sensed(state)),
+                            coarse(state.seen.astype(jnp.float32))], axis=1)
+        return {"maps": maps, "memory": memory, "vec": vec}
 
     def _neighbour_maps(self, pos: jax.Array, idx: jax.Array) -> jax.Array:
         """``[N, K, m, m]`` neighbours within comm radius drawn in each robot's window.
@@ -417,6 +439,16 @@ class Coverage(SwarmEnv):
         adjacency = (d2 <= self.comm_radius**2) & ~np.eye(len(pos), dtype=bool)
         return draw_swarm(self.world_size, pos, adjacency=adjacency,
                           background=np.asarray(state.density))
+
+
+def _block_means(g: int, m: int) -> np.ndarray:
+    """``[m, g]``: row ``r`` averages cells ``floor(r g / m) .. floor((r + 1) g / m) - 1``
+    (``m`` blocks of near-equal size covering all ``g`` cells; ``A x A^T`` pools a map)."""
+    a = np.zeros((m, g), np.float32)
+    for r in range(m):
+        lo, hi = r * g // m, (r + 1) * g // m
+        a[r, lo:hi] = 1.0 / (hi - lo)
+    return a
 
 
 def _pool(x: jax.Array, p: int, reduce) -> jax.Array:

@@ -6,12 +6,13 @@ observation (and the comm graph), holding one option (``PretrainConfig.option``,
 Coverage's ``"cover"``). Round 0 labels the expert's own episodes (behaviour cloning);
 each DAgger round (Ross et al. 2011) rolls out the current executor — the expert's action
 taken with probability ``beta`` per step, decaying — and adds the states it visits,
-labelled by the expert, to the data set. The executor's deterministic action is fit to
-the expert's by mean squared error; only executor leaves move (``agents.executor_filter``).
-Each data round also collects ``val_episodes`` episodes that are never trained on: the
-validation loss on them is measured every few gradient steps (the validation curve), a
-round's training stops after ``patience`` measurements without a better one, and the
-round ends with the actor of its best validation loss (LPAC's train / validation split).
+labelled by the expert, to the data set. The executor's deterministic action, before the
+env's clip to its bounds (``clip_loss``), is fit to the expert's by mean squared error;
+only executor leaves move (``agents.executor_filter``). Each data round also collects
+``val_episodes`` episodes that are never trained on: the validation loss on them is
+measured every few gradient steps (the validation curve), a round's training stops after
+``patience`` measurements without a better one, and the round ends with the actor of its
+best validation loss (LPAC's train / validation split).
 The result is saved as a checkpoint holding the actor, which a run starts from with
 ``TrainerConfig.init_from`` (MERL or MAPPO fine-tuning) — ``feudal-es pretrain``.
 """
@@ -31,7 +32,7 @@ import optax
 
 from agents import FeudalActor, executor_filter
 from envs.base import SwarmEnv
-from envs.validate import check_int, check_number
+from envs.validate import check_bool, check_int, check_number
 from feudal_es import checkpoint
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ class PretrainConfig:
     patience: int = 0  # measurements without a better validation loss that end a round (0: never)
     lr_schedule: str = "constant"  # or "cosine": from lr to lr / 10 over all gradient steps
     weight_decay: float = 0.0  # AdamW's decoupled weight decay (0: Adam)
+    # fit the action the env executes (clipped to its bounds) instead of the action before
+    # the clip: where the mean overshoots a bound its gradient is zero and the coordinate
+    # stays stuck (the recipes swept before 2026-12-04 ran with it)
+    clip_loss: bool = False
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -71,6 +76,7 @@ class PretrainConfig:
         check_number(f"{c}.lr", self.lr, low=0.0, low_open=True)
         check_number(f"{c}.beta_decay", self.beta_decay, low=0.0, high=1.0)
         check_number(f"{c}.weight_decay", self.weight_decay, low=0.0)
+        check_bool(f"{c}.clip_loss", self.clip_loss)
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"{c}.lr_schedule must be one of {LR_SCHEDULES}, got "
                              f"{self.lr_schedule!r}")
@@ -184,8 +190,9 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainCo
         env, expert, a, k, cfg.episodes + cfg.val_episodes, cfg.option, beta))
 
     def sample_loss(a, sample):  # one swarm state: the mean over agents and action dims
-        act = a.act(jax.random.key(0), sample["obs"], sample["adj"], fixed_option,
-                    deterministic=True).env_action
+        out = a.act(jax.random.key(0), sample["obs"], sample["adj"], fixed_option,
+                    deterministic=True)  # the action before the env's clip (clip_loss)
+        act = out.env_action if cfg.clip_loss else out.action
         return jnp.mean(jnp.square(act - sample["label"]))
 
     def loss_fn(params, rest, mb):

@@ -260,6 +260,27 @@ def test_local_maps_match_numpy_windows(small, variant):
     assert float(obs["maps"][0, 1:-1].__abs__().sum()) > 0  # and its neighbour
 
 
+def test_memory_is_each_robots_whole_sensed_map_pooled(small):
+    """``memory_size``: a second entry, robot i's sensed density and seen mask over the
+    whole grid, averaged over blocks of grid / memory_size cells (numpy loops)."""
+    _, traj = small
+    env = Coverage(**{**SMALL, "memory_size": 5})  # 12 cells in blocks of 2, 2, 3, 2, 3
+    _, s, _ = traj[-1]
+    obs = jax.jit(env.observe)(s)
+    assert set(obs) == {"maps", "memory", "vec"}
+    sensed, seen = np.asarray(env.sensed(s)), np.asarray(s.seen, np.float32)
+    edges = [0, 2, 4, 7, 9, 12]
+    want = np.zeros((env.num_agents, 2, 5, 5), np.float32)
+    for i, r, c in itertools.product(range(env.num_agents), range(5), range(5)):
+        rows, cols = slice(edges[r], edges[r + 1]), slice(edges[c], edges[c + 1])
+        want[i, 0, r, c] = sensed[i, rows, cols].mean()
+        want[i, 1, r, c] = seen[i, rows, cols].mean()
+    np.testing.assert_allclose(np.asarray(obs["memory"]), want, rtol=1e-5, atol=1e-6)
+    assert env.observation_space["memory"].shape == (2, 5, 5)
+    plain = jax.jit(Coverage(**SMALL).observe)(s)
+    np.testing.assert_array_equal(np.asarray(plain["maps"]), np.asarray(obs["maps"]))
+
+
 def test_global_state_and_render(small):
     env, traj = small
     _, s, _ = traj[-1]
@@ -414,6 +435,8 @@ def test_256_agents_reset_step_and_paper_scale_shapes():
         ({"feature_sigma": 0.1}, TypeError, "feature_sigma"),
         ({"neighbour_map": "rgb"}, ValueError, "neighbour_map"),
         ({"global_map_size": 0}, ValueError, "global_map_size"),
+        ({"memory_size": -1}, ValueError, "memory_size"),
+        ({"memory_size": 40}, ValueError, "memory_size"),
     ],
 )
 def test_bad_constructor_args_raise_naming_the_arg(kwargs, exc, name):

@@ -133,6 +133,25 @@ def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor(
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_the_loss_fits_the_action_before_the_clip_unless_told_otherwise():
+    """An executor whose mean overshoots the action bounds everywhere: fit on the
+    clipped action (``clip_loss``), every gradient is zero and no leaf moves; fit on the
+    action before the clip (the default), the loss falls."""
+    env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
+    actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
+    last = actor.executor.head.mean.layers[-1]
+    actor = eqx.tree_at(lambda a: a.executor.head.mean.layers[-1].bias, actor,
+                        last.bias + 3.0)  # every mean coordinate beyond the bound 1
+    cfg = PretrainConfig(option=COVER, episodes=2, val_episodes=1, rounds=1,
+                         steps_per_round=40, evals_per_round=1, lr=0.05)
+    stuck = imitate(env, actor, lloyd_clairvoyant, dataclasses.replace(cfg, clip_loss=True))
+    leaves = lambda a: jax.tree.leaves(eqx.filter(a, eqx.is_inexact_array))
+    for x, y in zip(leaves(stuck.actor), leaves(actor), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    fits = imitate(env, actor, lloyd_clairvoyant, cfg)
+    assert fits.losses[-1] < 0.5 * fits.losses[0]
+
+
 def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
         tmp_path, capsys):
     recipe = tmp_path / "recipe.json"
