@@ -3,9 +3,10 @@ Lloyd, alone (no fine-tuning), against decentralized and clairvoyant Lloyd, at t
 study's size (4 robots) and transferred unchanged to 2x and 4x the robots in a world
 scaled to keep the density (robots, features and area per robot as at 4 robots).
 
-The recipe (``configs/coverage_lpac_pretrain.json``) is the best probe of :data:`PROBES`
-by mean J(T)/J(0) on validation episodes (key ``VALIDATION_SEED``) over seeds 100 and
-101; the study reports seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
+The recipe (``configs/coverage_lpac_pretrain.json``, with the observation settings of
+``configs/coverage_lpac.json``) is the best probe of :data:`PROBES` by mean J(T)/J(0) on
+validation episodes (key ``VALIDATION_SEED``) over seeds 100 and 101; the study reports
+seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
 
     python -m experiments.coverage_lpac sweep    # every probe, seeds 100 101 (~25 min)
     python -m experiments.coverage_lpac          # the study, seeds 0-9 (~32 min)
@@ -39,21 +40,35 @@ from experiments.training import (
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 RECIPE = CONFIGS / "coverage_lpac_pretrain.json"
+# the imitator's env: configs/coverage.json plus what the robots observe beyond it (the
+# sweep's choice of observation, e.g. memory_size); the task, and so Lloyd, is the same
+OBSERVE: dict[str, Any] = {
+    k: v for k, v in json.loads((CONFIGS / "coverage_lpac.json").read_text())[
+        "env_kwargs"].items() if k not in ENV_KWARGS}
 SWEEP_SEEDS = (100, 101)
 EVAL_EPISODES = 64
 #: the sweep's probes: PretrainConfig fields over the defaults (expert and option fixed)
 PROBES: dict[str, dict[str, Any]] = {
-    "coverage-study": dict(episodes=32, rounds=3, steps_per_round=300),
-    "more-data": dict(episodes=128, rounds=4, steps_per_round=3000),
+    "coverage-study": dict(episodes=32, rounds=3, steps_per_round=300, clip_loss=True),
+    "more-data": dict(episodes=128, rounds=4, steps_per_round=3000, clip_loss=True),
     "more-data-early-stop": dict(episodes=128, val_episodes=16, rounds=4,
-                                 steps_per_round=3000, patience=3),
+                                 steps_per_round=3000, patience=3, clip_loss=True),
     "more-data-cosine-wd": dict(episodes=128, rounds=4, steps_per_round=3000,
-                                lr_schedule="cosine", weight_decay=1e-3),
+                                lr_schedule="cosine", weight_decay=1e-3, clip_loss=True),
     # added after the four above had run (every probe is reported)
     "dagger-8-rounds": dict(episodes=64, val_episodes=16, rounds=8, steps_per_round=1500,
-                            beta_decay=0.7, patience=3),
+                            beta_decay=0.7, patience=3, clip_loss=True),
     "lpac-lr-wd": dict(episodes=128, val_episodes=16, rounds=4, steps_per_round=3000,
-                       lr=1e-4, weight_decay=1e-3, patience=3),
+                       lr=1e-4, weight_decay=1e-3, patience=3, clip_loss=True),
+    # added 2026-12-04, after the loss was found to fit the clipped action (clip_loss=True
+    # above: what those probes ran with)
+    "dagger-8-rounds-unclipped": dict(episodes=64, val_episodes=16, rounds=8,
+                                      steps_per_round=1500, beta_decay=0.7, patience=3),
+    # + each robot's whole sensed map, coarse (what decentralized Lloyd reads; LPAC's
+    # robots keep one too): Coverage(memory_size=8), a second CNN entry
+    "dagger-8-rounds-memory": dict(episodes=64, val_episodes=16, rounds=8,
+                                   steps_per_round=1500, beta_decay=0.7, patience=3,
+                                   env_kwargs=dict(memory_size=8)),
 }
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
@@ -69,9 +84,18 @@ def scaled_env(factor: int) -> dict[str, Any]:
             "grid_size": round(ENV_KWARGS["grid_size"] * side)}
 
 
+def split_recipe(recipe: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """A probe's ``(PretrainConfig fields, env kwargs, ActorConfig fields)``: a probe may
+    also change what the robots observe (``"env_kwargs"``, e.g. ``memory_size``; never
+    the task: the Lloyd references are the same) and the actor (``"actor"``)."""
+    rest = {k: v for k, v in recipe.items() if k not in ("env_kwargs", "actor")}
+    return rest, dict(recipe.get("env_kwargs", {})), dict(recipe.get("actor", {}))
+
+
 def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
                  ) -> tuple[Any, dict[str, Any]]:
-    """The imitating actor of ``recipe`` (PretrainConfig fields) for ``seed`` at
+    """The imitating actor of ``recipe`` (PretrainConfig fields, and the probe's
+    observation and actor changes, :func:`split_recipe`) for ``seed`` at
     :func:`scaled_env` ``(factor)`` (1: the study's size), and its imitation record
     (steps, last validation loss, wall time)."""
     import jax
@@ -81,12 +105,15 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
     from feudal_es.pretrain import PretrainConfig, expert_policy, imitate
     from feudal_es.resolve import apply_env_defaults, resolve_env
 
-    config = TrainerConfig.from_dict({**base_config(), "env_kwargs": scaled_env(factor),
-                                      "seed": seed})
+    recipe, observe, actor_fields = split_recipe(recipe)
+    config = TrainerConfig.from_dict({**base_config(), "env_kwargs": {
+        **scaled_env(factor), **observe}, "seed": seed})
     env = resolve_env(config.env, config.env_kwargs)
     config = apply_env_defaults(config, env)[0]
     _, expert = expert_policy(config.env, "lloyd_clairvoyant")
-    actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=COVER)
+    actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=COVER,
+                                    **{k: tuple(v) if isinstance(v, list) else v
+                                       for k, v in actor_fields.items()})
     actor = FeudalActor.from_env(jax.random.key(seed), env.core, actor_cfg)
     cfg = PretrainConfig(**{"expert": "lloyd_clairvoyant", "option": COVER, **recipe,
                             "seed": seed})
@@ -148,7 +175,7 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
         runs = []
         for seed in seeds:
             actor, record = imitate_seed(recipe, seed)
-            costs = coverage_costs(actor, ENV_KWARGS, keys)
+            costs = coverage_costs(actor, {**ENV_KWARGS, **split_recipe(recipe)[1]}, keys)
             runs.append({"seed": seed, "coverage_cost": sum(costs) / len(costs), **record})
             print(json.dumps({"probe": name, **runs[-1]}), flush=True)
         report["probes"][name] = {"recipe": recipe, "runs": runs,
@@ -210,8 +237,9 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     actor on the held-out episodes at that size and every larger one of :data:`FACTORS`,
     with the Lloyd references there."""
     recipe = json.loads(RECIPE.read_text())
-    recipe = scaled_recipe({k: v for k, v in recipe.items() if k not in ("expert", "option")},
-                           scale)
+    recipe = {**scaled_recipe({k: v for k, v in recipe.items()
+                               if k not in ("expert", "option")}, scale),
+              "env_kwargs": OBSERVE}
     keys = heldout_keys(episodes, HELDOUT_SEED)
     timer = Timer()
     sizes = {f: scaled_env(f) for f in FACTORS if f >= factor}
@@ -220,7 +248,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     for seed in seeds:
         actor, record = imitate_seed(recipe, seed, factor)
         for f, kwargs in sizes.items():
-            costs = coverage_costs(actor, kwargs, keys)
+            costs = coverage_costs(actor, {**kwargs, **OBSERVE}, keys)
             per_seed[f].append(sum(costs) / len(costs))
         records.append({"seed": seed, **record,
                         **{f"coverage_cost_x{f}": per_seed[f][-1] for f in sizes}})

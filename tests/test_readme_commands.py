@@ -118,10 +118,10 @@ PLAN: dict[str, Run | Skip] = {
         Run(("--n-outer", "1", "--out", "runs/coverage", *COVERAGE_SMALL), when="slow"),
     ".venv/bin/feudal-es train --resume runs/rover --n-outer 60":
         Run(("--n-outer", "2", "--no-progress")),
-    ".venv/bin/feudal-es pretrain --config configs/coverage.json "
+    ".venv/bin/feudal-es pretrain --config configs/coverage_lpac.json "
     "--recipe configs/coverage_lpac_pretrain.json --out runs/bc_actor.safetensors":
         Run(PRETRAIN_SMALL, when="slow"),
-    ".venv/bin/feudal-es train --config configs/coverage.json "
+    ".venv/bin/feudal-es train --config configs/coverage_lpac.json "
     "--set init_from=runs/bc_actor.safetensors":
         Run(("--n-outer", "1", "--out", "runs/from-bc", *COVERAGE_SMALL), when="slow"),
     # Evaluating saved selectors (the run trained above)
