@@ -1,5 +1,6 @@
-"""experiments.coverage_lpac (issue 32): the recipe in ``configs/`` is the one its sweep
-chose, the transfer sizes keep the density, and a smoke scale shrinks only the work."""
+"""experiments.coverage_lpac (issue 32): the recipe in ``configs/`` (and the observation
+of ``configs/coverage_lpac.json``) is the one its sweep chose, the transfer sizes keep
+the density, and a smoke scale shrinks only the work."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def test_the_configs_recipe_is_the_sweeps_choice():
     report = json.loads(sweep.read_text())
     chosen = report["probes"][report["chosen"]]["recipe"]
     recipe = json.loads(lpac.RECIPE.read_text())
-    assert {k: v for k, v in recipe.items() if k not in ("expert", "option")} == chosen
+    fields, observe, actor = lpac.split_recipe(chosen)
+    assert {k: v for k, v in recipe.items() if k not in ("expert", "option")} == fields
+    assert lpac.OBSERVE == observe and not actor  # configs/coverage_lpac.json's observation
     assert chosen == lpac.PROBES[report["chosen"]]  # and the probe as the code lists it
     assert set(report["probes"]) == set(lpac.PROBES)  # every probe listed was run
     assert min(report["seeds"]) >= 100  # never the reported seeds
