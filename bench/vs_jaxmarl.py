@@ -18,7 +18,8 @@ Both sides train on ``MPE_simple_spread_v3`` (3 agents, 26-step episodes) on thi
    (``ALGO=mappo_rnn``) at 0.4M; and the same settings with a recurrent executor
    (``actor.recurrent``, a GRU of MAPPO-RNN's 128 units, trained on 16-step sequences;
    nothing else changed or tuned).
-   ``--recurrent-only`` runs just these two.
+   ``--recurrent-only`` runs just these two, and the recurrent executor with the
+   matching recurrent critic (``critic.recurrent``, 128 units; not tuned either).
 3. ``--speaker-listener``: ``MPE_simple_speaker_listener_v4`` (a speaker and a listener
    with different spaces) at IPPO-FF's settings and budget (1M env steps), 10 seeds in
    one program per arm: agent groups (one actor each, the default) against one padded
@@ -331,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     rows["ours_best_settings_gru_2_seeds"] = ours(
         recurrent(probe(BEST_PROBE), dict(RECURRENT_SWEEP)[RECURRENT_PROBE]), best_steps,
         (0, 1))
+    if args.recurrent_only:  # the same, with the matching recurrent critic (not swept)
+        gru = recurrent(probe(BEST_PROBE), dict(RECURRENT_SWEEP)[RECURRENT_PROBE])
+        rows["ours_best_settings_gru_critic_2_seeds"] = ours(
+            {**gru, "critic": {**gru["critic"], "recurrent": True, "gru_hidden": 128}},
+            best_steps, (0, 1))
     if not args.no_anchor:
         rows["jaxmarl_mappo_rnn"] = anchor("mappo_rnn", best_steps)
     for r in rows.values():

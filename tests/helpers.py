@@ -151,6 +151,17 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "feudal_es.cli", *args]
 
 
+def two_device_result(script: str, timeout: float = 300) -> dict:
+    """Run ``script`` (Python source) in a subprocess with two CPU devices and the
+    repository and ``tests/`` importable; the JSON it prints after ``RESULT ``."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    env.update(JAX_NUM_CPU_DEVICES="2", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.split("RESULT ", 1)[1])
+
+
 def run_cli(*args: str, cwd: Path, check: bool = True, timeout: float = 300,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``feudal-es ARGS`` in a subprocess (output captured as text); ``check``: it must

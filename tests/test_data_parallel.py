@@ -20,10 +20,6 @@ program (exact).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import equinox as eqx
@@ -31,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, TESTS
+from helpers import two_device_result
 
 from agents import CentralCritic, FeudalActor
 from envs.dispersion import Dispersion
@@ -206,12 +202,7 @@ TWO_DEVICES = textwrap.dedent("""
 @pytest.mark.slow  # 70-80 s on 2 cores (a 2-device subprocess); the sharded update and
 # collection above stay in the default suite
 def test_two_devices_split_one_seed():
-    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
-    env.update(JAX_NUM_CPU_DEVICES="2", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    out = two_device_result(TWO_DEVICES)
     assert out["rollout_vs_plain"] < TOL  # the collection is the one-device collection
     assert out["one_device_vs_plain"] < TOL
     assert out["vs_simulation"] < TOL and out["loss_vs_simulation"] < 1e-5

@@ -7,10 +7,6 @@ JAX path, the data-parallel update, and a run that resumes bit for bit."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import equinox as eqx
@@ -18,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, TESTS
+from helpers import two_device_result
 
 import feudal_es
 from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor, count_params
@@ -265,12 +261,7 @@ def test_two_devices_split_the_critic_states_and_equal_one_device():
     """The real ``shard_map`` step on two CPU devices: the critic's GRU states split with
     the env copies, and (one epoch, one minibatch: no shuffle to differ) two steps equal
     the one-device steps."""
-    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
-    env.update(JAX_NUM_CPU_DEVICES="2", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    out = two_device_result(TWO_DEVICES)
     assert out["devices"] == 2 and out["hidden_on"] == [0, 1]
     assert out["rollout"] < 2e-5 and out["learner"] < 2e-5 and out["moved"] > 1e-4
 
