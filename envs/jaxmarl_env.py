@@ -84,7 +84,7 @@ _NEEDS = {"brax": ("ant_4x2", "halfcheetah_6x1", "hopper_3x1", "humanoid_9|8", "
 
 def jaxmarl_ids() -> list[str]:
     """JaxMARL's registered env names whose own optional packages are installed (empty
-    when jaxmarl is not). Whether an env's agents are homogeneous shows when it is made."""
+    when jaxmarl is not). Whether an env's agents can be grouped shows when it is made."""
     if not available():
         return []
     missing = tuple(p for pkg, prefixes in _NEEDS.items()
@@ -128,7 +128,8 @@ class _Groups(tuple):
 
 
 class JaxMARLSwarm(SwarmEnv):
-    """A homogeneous ``jaxmarl`` ``MultiAgentEnv`` behind the SwarmEnv interface (see the
+    """A ``jaxmarl`` ``MultiAgentEnv`` behind the SwarmEnv interface, its agents in groups
+    by their spaces (or the user's, ``regrouped``) or padded to one (see the
     module docstring). ``max_steps`` is the horizon: the env's ``max_steps + 1`` when it
     has one (MPE's episodes are 26 steps for ``max_steps=25``), which may overshoot the
     env's own end (the steps after ``done`` are frozen and score 0)."""

@@ -227,6 +227,9 @@ def network_sizes(obs_space: Any, action_space: Any, num_skills: int, global_sta
     code = actor.skill_embed_dim or num_skills
     executor = num_skills * actor.skill_embed_dim
     head_in = e + code + actor.goal_dim
+    if actor.recurrent:  # a GRU between the executor's input and its head (see below)
+        executor += _gru(head_in, actor.gru_hidden)
+        head_in = actor.gru_hidden
     if isinstance(action_space, gym.spaces.Discrete):
         executor += _mlp(head_in, actor.executor_hidden, int(action_space.n))
     else:
@@ -234,12 +237,17 @@ def network_sizes(obs_space: Any, action_space: Any, num_skills: int, global_sta
         executor += _mlp(head_in, actor.executor_hidden, size) + size
     state_size = global_state_size + int(critic.time_input)
     h = critic.gru_hidden
-    # a recurrent critic's GRU (input, recurrent and bias weights of its three gates, and
-    # the candidate's recurrent bias) feeds the MLP in the state's place
-    gru = 3 * h * (state_size + h + 1) + h if critic.recurrent else 0
+    # a recurrent critic's GRU feeds the MLP in the state's place
+    gru = _gru(state_size, h) if critic.recurrent else 0
     critic_in = (h if critic.recurrent else state_size) + num_agents + num_skills
     return NetworkSizes(actor=backbone + selector + executor, selector=selector,
                         critic=gru + _mlp(critic_in, critic.hidden, 1, critic.layer_norm))
+
+
+def _gru(in_size: int, h: int) -> int:
+    """Parameters of a GRU cell: input, recurrent and bias weights of its three gates, and
+    the candidate's recurrent bias (``agents.layers.gru_cell``)."""
+    return 3 * h * (in_size + h + 1) + h
 
 
 def largest_size_field(actor: ActorConfig, critic: CriticConfig) -> tuple[str, int]:

@@ -135,8 +135,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
     for i in bundled:
         print(f"  {i}")
     if available():
-        print("JaxMARL (pure-JAX path; envs whose agents share one observation and action "
-              "space, flat observations):")
+        print("JaxMARL (pure-JAX path; flat observations, agents with different spaces in "
+              "groups):")
         for i in jaxmarl:
             print(f"  {i}")
     else:

@@ -55,6 +55,7 @@ ACTORS = {
                                                  "selector_hidden": (7, 4)}),
     "no gnn, strided": ActorConfig(cnn_channels=(4, 6), cnn_strides=(2, 3), cnn_kernel=5,
                                    gnn_layers=0, embed_hidden=(), executor_hidden=()),
+    "recurrent": ActorConfig(**{**TUPLES, "recurrent": True, "gru_hidden": 6}),
 }
 CRITICS = {"default": CriticConfig(), "plain+time": CriticConfig(hidden=(9,),
                                                                   layer_norm=False,
