@@ -110,10 +110,13 @@ def _warm(cfg: ESConfig, d: int) -> tuple:
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_tell_groups_is_one_tell_per_group_on_its_own_coordinates(optimizer):
     """Each group's coordinates of the new mean and of every per-coordinate optimizer
-    leaf are exactly a plain tell on its own column; a tied column leaves its group's
+    leaf are a plain tell on its own column (to float rounding); a tied column leaves its group's
     coordinates (mean and moments) unchanged; scalar leaves are the largest of the
     groups' (Adam's count: a step was taken); info is the reported column's."""
     cfg = ESConfig(pop_size=8, sigma=0.2, lr=0.05, optimizer=optimizer, weight_decay=0.01)
+    # tell_groups and tell are two compiled programs: equal up to float rounding (their
+    # fusions may differ on another CPU); what a group keeps from before is exact
+    close = lambda a, b, **kw: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, **kw)
     d = 11
     coord = np.array([0, 2, 1, 1, 0, 2, 2, 0, 1, 0, 2], np.int32)
     state = _warm(cfg, d)
@@ -125,11 +128,11 @@ def test_tell_groups_is_one_tell_per_group_on_its_own_coordinates(optimizer):
     refs = [tell_jit(state, noise, jnp.asarray(fit[:, g]), cfg) for g in range(3)]
     for g, (ref, _) in enumerate(refs):
         on = coord == g
-        np.testing.assert_array_equal(np.asarray(new.mean)[on], np.asarray(ref.mean)[on])
+        close(np.asarray(new.mean)[on], np.asarray(ref.mean)[on])
         for a, b in zip(jax.tree.leaves(new.opt_state), jax.tree.leaves(ref.opt_state),
                         strict=True):
             if a.shape == (d,):
-                np.testing.assert_array_equal(np.asarray(a)[on], np.asarray(b)[on])
+                close(np.asarray(a)[on], np.asarray(b)[on])
     on = coord == 1
     np.testing.assert_array_equal(np.asarray(new.mean)[on], np.asarray(state.mean)[on])
     assert not np.array_equal(np.asarray(new.mean)[coord != 1],
@@ -142,13 +145,13 @@ def test_tell_groups_is_one_tell_per_group_on_its_own_coordinates(optimizer):
             counts = [int(jax.tree.leaves(r.opt_state)[i]) for r, _ in refs]
             assert int(a) == max(counts) == int(old[i]) + 1 and min(counts) == int(old[i])
     for k, v in refs[2][1].items():
-        np.testing.assert_array_equal(np.asarray(info[k]), np.asarray(v), err_msg=k)
+        close(np.asarray(info[k]), np.asarray(v), err_msg=k)
     assert int(info["num_invalid"]) == 1 and int(new.generation) == int(state.generation) + 1
     # one group: the plain tell, every leaf
     one, _ = tell_groups_jit(state, noise, jnp.asarray(fit[:, :1]), cfg,
                              jnp.zeros(d, jnp.int32), 0)
     for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(refs[0][0]), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        close(np.asarray(a), np.asarray(b))
 
 
 # --- (d) what cannot be split by group -------------------------------------------------
