@@ -9,6 +9,7 @@ no training run uses, the same episodes for every arm, seed and reference policy
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -29,7 +30,7 @@ from experiments.arms import (
     steps_per_round,
 )
 from experiments.machine import Timer, machine_note
-from experiments.report import read_if_alike, slug, write_report
+from experiments.report import read_if_alike, slug, write_json, write_report
 from experiments.stats import above, fmt_ci, summarize
 from feudal_es.atomic import atomic_write_text
 
@@ -198,15 +199,25 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
     for arm in v.arms:
         clock = Timer()
         cfg = arm_config(v.base, arm, v.extra.get(arm))
-        rows, trainer = train_arm(cfg, seeds, rounds[arm], v.max_steps, eval_episodes,
-                                  run_root / study / slug(v.label) / arm, metric, arm,
-                                  resume=resume, log=log)
+        journal = arm_journal(out_dir, study, v.label, arm)
+        what = {"config": cfg, "seeds": [int(s) for s in seeds], "rounds": rounds[arm],
+                "max_steps": v.max_steps, "eval_episodes": eval_episodes,
+                "heldout_seed": HELDOUT_SEED, "metric": metric}
+        rows = journaled_rows(journal, what) if resume else None
+        trainer = None
+        if rows is None:
+            rows, trainer = train_arm(cfg, seeds, rounds[arm], v.max_steps, eval_episodes,
+                                      run_root / study / slug(v.label) / arm, metric, arm,
+                                      resume=resume, log=log)
+            write_json(journal, {**_json(what), "rows": rows})
+        else:
+            log(f"  [{study}] {v.label} · {arm}: finished by an earlier job ({journal})")
         runs += rows
         means = [np.mean(r["heldout_team_return"]) for r in rows]
         log(f"  [{study}] {v.label} · {arm}: {rounds[arm]} rounds x {len(seeds)} seeds, "
             f"{spent} env steps each, held-out team return {np.mean(means):.3f} "
             f"(seeds {min(means):.3f}..{max(means):.3f}), {clock():.0f} s")
-        if arm in v.gif_arms:
+        if arm in v.gif_arms and trainer is not None:
             best = int(np.argmax(means))
             path = out_dir / f"{study}-{slug(v.label)}-{arm}.gif"
             trainer.write_gif(path, index=best)
@@ -227,6 +238,29 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
 
 def _json(x: Any) -> Any:
     return json.loads(json.dumps(x))
+
+
+def arm_journal(out_dir: Path, study: str, label: str, arm: str) -> Path:
+    """Where a finished arm's per-seed results wait for the rest of its study
+    (``<out_dir>/<study>-arms/<variant>-<arm>.json``): a study of hours that stops
+    part-way keeps every arm it finished even when its run directories are gone (a new
+    machine), because these files live beside the results and can be committed; the
+    complete report removes them (:func:`compare_arms`)."""
+    return out_dir / f"{study}-arms" / f"{slug(label)}-{arm}.json"
+
+
+def journaled_rows(path: Path, what: dict[str, Any]) -> list[dict] | None:
+    """The rows journaled at ``path`` when that arm was trained and evaluated exactly as
+    ``what`` says (config, seeds, rounds, horizon, held-out episodes, metric); None
+    otherwise (no file, unreadable, or another setting: the arm is trained again)."""
+    try:
+        saved = json.loads(path.read_text())
+        rows = saved.pop("rows")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return None
+    if saved != _json(what) or not isinstance(rows, list):
+        return None
+    return [{**r, "journaled": True} for r in rows]
 
 
 def kept_variants(path: Path, alike: dict[str, Any], variants: Sequence[Variant],
@@ -256,10 +290,11 @@ def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Seq
     """Run every variant; write ``<name>.json`` (raw per-seed results, configs, goals),
     ``<name>.csv``, ``<name>.png`` (curves with 95% bands, held-out bars) and
     ``<name>.md``. ``goals(report)`` -> ``[{"goal", "met", "numbers"}]``. ``resume``: an
-    interrupted study keeps the arms it finished and continues the one it stopped in
-    (:func:`train_arm`; their rows say ``"resumed"``). ``keep``: variants this job does
-    not run whose results the earlier ``<name>.json`` holds run alike
-    (:func:`kept_variants`) stay in the report, first, marked as the earlier job's."""
+    interrupted study keeps the arms it finished (from their journals,
+    :func:`arm_journal`; rows say ``"journaled"``) and continues the one it stopped in
+    from its run directory (:func:`train_arm`; rows say ``"resumed"``). ``keep``:
+    variants this job does not run whose results the earlier ``<name>.json`` holds run
+    alike (:func:`kept_variants`) stay in the report, first, marked as the earlier job's."""
     clock = Timer()
     report: dict[str, Any] = {"study": name, "seeds": list(seeds),
                               "eval_episodes": eval_episodes, "heldout_seed": HELDOUT_SEED,
@@ -277,7 +312,13 @@ def compare_arms(name: str, variants: Sequence[Variant], budget: int, seeds: Seq
     report["goals"] = goals(report)
     report["wall_time_s"] = round(clock(), 1)
     report["machine"] = machine_note()
-    return write_report(report, out_dir, fitness_label, metric_label)
+    written = write_report(report, out_dir, fitness_label, metric_label)
+    for v in variants:  # the report holds them now
+        for arm in v.arms:
+            arm_journal(out_dir, name, v.label, arm).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (out_dir / f"{name}-arms").rmdir()  # only when empty
+    return written
 
 
 def merl_beats(report: dict, label: str, key: str = "team_return",

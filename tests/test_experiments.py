@@ -318,6 +318,73 @@ def test_tiny_study_end_to_end(tmp_path):
     assert "resumed" not in fresh[0] and any("another config" in m for m in logs)
 
 
+def test_a_study_stopped_part_way_keeps_its_finished_arms_without_run_directories(
+        tmp_path, monkeypatch):
+    """A study killed in its second arm, resumed on a machine without its run directories
+    (a new checkout): the first arm comes from its journal beside the results, row for
+    row, and is not trained again; the complete report removes the journals. A journal of
+    another setting, or a job without --resume, trains the arm again."""
+    from experiments import training
+
+    calls: list[str] = []
+    stop_at = {"arm": "mappo_fixed"}
+
+    def fake_train_arm(config, seeds, rounds, max_steps, eval_episodes, run_dir, metric=None,
+                       arm="", resume=False, log=print):
+        calls.append(arm)
+        if arm == stop_at["arm"]:
+            raise KeyboardInterrupt  # the job is killed here
+        lr = TrainerConfig.from_dict(config).es.lr
+        return [{"arm": arm, "seed": s, "rounds": rounds, "env_steps": 1, "train_time_s": 1.0,
+                 "curve": {"env_steps": [1], "fitness": [lr]},
+                 "heldout_team_return": [lr + 0.1 * s + 0.01 * i for i in range(4)],
+                 "heldout_observed_frac": [0.25 * i for i in range(4)]} for s in seeds], None
+
+    monkeypatch.setattr(training, "train_arm", fake_train_arm)
+    variant = Variant("v", TINY, 6, arms=("merl", "mappo_fixed"),
+                      extra={"mappo_fixed": {"actor": {"fixed_option": 1}}})
+
+    def study(v=variant, resume=True):
+        return compare_arms("tiny", [v], budget=1, seeds=(0, 1), eval_episodes=4,
+                            metric="observed_frac", metric_label="m", fitness_label="f",
+                            out_dir=tmp_path / "out", run_root=tmp_path / "runs",
+                            goals=lambda r: [], resume=resume)
+
+    with pytest.raises(KeyboardInterrupt):
+        study()
+    journal = training.arm_journal(tmp_path / "out", "tiny", "v", "merl")
+    first = json.loads(journal.read_text())["rows"]
+    assert calls == ["merl", "mappo_fixed"] and len(first) == 2
+    assert not (tmp_path / "runs").exists()  # nothing but the journal carries it over
+    stop_at["arm"] = None
+    calls.clear()
+    report = study()
+    assert calls == ["mappo_fixed"]  # merl was not trained again
+    rows = [r for r in report["variants"]["v"]["runs"] if r["arm"] == "merl"]
+    assert all(r.pop("journaled") for r in rows) and rows == first
+    assert report["variants"]["v"]["team_return"]["merl"]["mean"] == pytest.approx(
+        np.mean([np.mean(r["heldout_team_return"]) for r in first]))
+    assert not (tmp_path / "out" / "tiny-arms").exists()  # the report holds them now
+    # another setting of the arm, or no --resume: trained again
+    stop_at["arm"] = "mappo_fixed"
+    with pytest.raises(KeyboardInterrupt):
+        study()
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        study(dataclasses.replace(variant, extra={**variant.extra,
+                                                  "merl": {"es": {"lr": 0.5}}}))
+    assert calls == ["merl", "mappo_fixed"]
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        study(resume=False)
+    assert calls == ["merl", "mappo_fixed"]
+    journal.write_text("{not json")  # a damaged journal is not trusted: trained again
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        study()
+    assert calls == ["merl", "mappo_fixed"]
+
+
 def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
         tmp_path, monkeypatch):
     """The sweep's contract, with training replaced by a recorder: each probe is the base
