@@ -20,7 +20,14 @@ import jax.numpy as jnp
 
 from envs import _swarm
 from envs._swarm import SwarmState
-from envs.base import OPTION_OBS, EnvOut, Obs, check_positive_float, check_positive_int
+from envs.base import (
+    OPTION_OBS,
+    SELECTOR_OBS,
+    EnvOut,
+    Obs,
+    check_positive_float,
+    check_positive_int,
+)
 from envs.render import AGENT_COLOR, DONE_COLOR, LINK_COLOR, TARGET_COLOR
 from envs.validate import check_bool
 
@@ -47,12 +54,17 @@ class Rover(_swarm.TargetSwarmEnv):
       With ``option_obs`` (default off: the Rover study's observation), also
       ``obs[OPTION_OBS]`` ``[N, num_pois, 3]``: per POI its offset (/ world_size) and
       observed flag, the row the executor holding "go to POI k" reads directly
-      (:data:`envs.base.OPTION_OBS`).
+      (:data:`envs.base.OPTION_OBS`). With ``selector_info`` (default off), also
+      ``obs[SELECTOR_OBS]`` ``[N, N + num_pois]``: the rover's id one-hot and every POI's
+      observed flag, the selector's own input (who I am, what is left;
+      ``ActorConfig.selector_input``), as :class:`envs.rover_merl.RoverMERL` gives it.
 
     Rewards:
       - ``team_reward``: 0 until the last step, then the fraction of POIs observed.
       - ``skill_rewards[:, k]`` ("poi_k"): saturating proximity to POI k,
-        ``min(1, observe_radius / d)``, every step.
+        ``min(1, observe_radius / d)``, every step; with ``paid_until_observed`` (default
+        off) 0 once POI k is observed, so an option whose goal is met stops paying (with
+        ``ActorConfig.option_ends`` the selector re-decides then; :meth:`skill_done`).
       - ``reward``: MERL's local reward, the saturating proximity to the nearest POI.
 
     Episodes last ``max_steps`` steps; the env never resets itself. ``comm_graph`` links
@@ -75,6 +87,8 @@ class Rover(_swarm.TargetSwarmEnv):
     sectors: int = eqx.field(static=True)
     agent_ids: bool = eqx.field(static=True)
     option_obs: bool = eqx.field(static=True)
+    selector_info: bool = eqx.field(static=True)
+    paid_until_observed: bool = eqx.field(static=True)
     skill_names: tuple[str, ...] = eqx.field(static=True)
     metric_better: ClassVar[dict[str, str]] = {"observed_frac": "higher"}
     render_legend: ClassVar[tuple[tuple[str, tuple[int, int, int]], ...]] = (
@@ -99,6 +113,8 @@ class Rover(_swarm.TargetSwarmEnv):
         sectors: int = 8,
         agent_ids: bool = True,
         option_obs: bool = False,
+        selector_info: bool = False,
+        paid_until_observed: bool = False,
     ):
         """``coupling`` must be <= ``num_agents``; the bands must fit the world."""
         common = _swarm.check_common(num_agents, max_steps, world_size, max_speed,
@@ -122,6 +138,8 @@ class Rover(_swarm.TargetSwarmEnv):
             raise TypeError(f"agent_ids must be a bool, got {agent_ids!r}")
         self.agent_ids = agent_ids
         self.option_obs = check_bool("option_obs", option_obs)
+        self.selector_info = check_bool("selector_info", selector_info)
+        self.paid_until_observed = check_bool("paid_until_observed", paid_until_observed)
         self.skill_names = tuple(f"poi_{k}" for k in range(self.num_pois))
 
     # --- core ----------------------------------------------------------------------
@@ -162,7 +180,8 @@ class Rover(_swarm.TargetSwarmEnv):
         observed = jnp.mean(found.astype(jnp.float32))
         out = EnvOut(
             reward=jnp.max(prox, axis=-1),
-            skill_rewards=prox,
+            skill_rewards=jnp.where(found[None, :], 0.0, prox) if self.paid_until_observed
+            else prox,
             team_reward=jnp.where(done, observed, 0.0),
             done=done,
             metrics={"observed_frac": observed},
@@ -177,6 +196,10 @@ class Rover(_swarm.TargetSwarmEnv):
             flag = jnp.broadcast_to(state.found.astype(jnp.float32)[None, :, None],
                                     (n, self.num_pois, 1))
             obs = {**obs, OPTION_OBS: jnp.concatenate([rel, flag], axis=-1)}
+        if self.selector_info:  # who I am, what is left (see the class doc)
+            obs = {**obs, SELECTOR_OBS: jnp.concatenate(
+                [jnp.eye(n, dtype=jnp.float32),
+                 jnp.broadcast_to(state.found.astype(jnp.float32), (n, self.num_pois))], -1)}
         if self.obs_mode == "maps":
             return obs
         extra = [rel.reshape(n, -1),

@@ -14,9 +14,11 @@ Goals (issue 31, 8 rovers / coupling 4): ES-only <= 0.15 (MERL's EA-only); the m
 (:data:`METHOD`, the feudal variant ``python -m experiments.sweep rover_merl`` chose) >=
 0.55 and above every baseline with disjoint 95% CIs; its mean training curve past 0.5
 within 500k env steps. 12 rovers / coupling 6: the method above every baseline. Rover-v0
-at coupling 4 (``--variants v0``: the method, ``merl`` and ES-only on
-``configs/rover.json``): the method >= 0.670 (ES-only's at 2M) and above ``merl`` with
-disjoint CIs, its curve past 0.5 within 300k env steps.
+at coupling 4 (``--variants v0``: the feudal variants and ES-only on
+``configs/rover_v0.json``, the Rover study's settings with the best probe of
+``python -m experiments.sweep rover_v0``): the method there (:data:`METHOD_V0`, that
+sweep's) >= 0.670 (ES-only's at 2M) and above ``merl`` with disjoint CIs, its curve past
+0.5 within 300k env steps.
 
     python -m experiments.rover_merl [--scale 1.0] [--seeds 0 ... 9] [--variants 8x4 12x6 v0]
         [--keep-earlier]
@@ -47,6 +49,8 @@ FEUDAL = ("merl", "merl_actor", "merl_two_stage")
 METHOD = "merl"
 BASELINES = ("mappo_uniform", "mappo_mixed", "mappo_team", "es")
 ARMS = FEUDAL + BASELINES
+V0_ARMS = (*FEUDAL, "es")  # Rover-v0: the feudal variants against selector-only merl
+METHOD_V0 = "merl_actor"  # the feudal variant `python -m experiments.sweep rover_v0` chose
 VARIANTS = {"8x4": (8, 4), "12x6": (12, 6)}  # MERL's pairings: rovers x coupling
 V0 = "v0"  # the project's Rover-v0 at coupling 4 (configs/rover.json): did the method
 V0_LABEL = "Rover-v0 / coupling 4"  # keep MERL's speed and pass ES-only's 2M level?
@@ -62,6 +66,14 @@ def base_config(rovers: int, coupling: int) -> dict[str, Any]:
     cfg["env_kwargs"] = {**cfg.get("env_kwargs", {}), "num_agents": rovers,
                          "coupling": coupling, "max_steps": MAX_STEPS}
     cfg["actor"] = {**cfg.get("actor", {}), "option_ends": True}
+    return cfg
+
+
+def v0_config() -> dict[str, Any]:
+    """``configs/rover_v0.json`` (the Rover study's ``configs/rover.json`` with the
+    ``rover_v0`` sweep's best probe) at coupling 4, 8 rovers."""
+    cfg = load_config("rover_v0")
+    cfg["env_kwargs"] = {**cfg.get("env_kwargs", {}), "coupling": 4, "max_steps": MAX_STEPS}
     return cfg
 
 
@@ -94,7 +106,7 @@ def goals(report: dict) -> list[dict]:
     out = []
     for label, v in report["variants"].items():
         tr = v["team_return"]
-        best = METHOD
+        best = METHOD_V0 if label == V0_LABEL else METHOD
         wins = {a: above(tr[best], tr[a]) for a in BASELINES if a in tr}
         nums = {a: fmt_ci(s["mean"], s["ci95"]) for a, s in tr.items()}
         if label == V0_LABEL:
@@ -145,11 +157,9 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
 
 
 def _variant(key: str, arms: tuple[str, ...]) -> Variant:
-    if key == V0:  # the method against merl and ES-only on the project's Rover
-        from experiments import rover
-
-        mine = tuple(a for a in dict.fromkeys(("merl", METHOD, "es")) if a in arms)
-        return Variant(V0_LABEL, rover.base_config(4), MAX_STEPS, arms=mine, extra=extra())
+    if key == V0:  # the feudal variants against ES-only on the project's Rover
+        mine = tuple(a for a in V0_ARMS if a in arms)
+        return Variant(V0_LABEL, v0_config(), MAX_STEPS, arms=mine, extra=extra())
     rovers, coupling = VARIANTS[key]
     return Variant(f"{rovers} rovers / coupling {coupling}", base_config(rovers, coupling),
                    MAX_STEPS, arms=arms, extra=extra())

@@ -134,6 +134,25 @@ STUDIES: dict[str, Study] = {
         ],
         extra=rover_merl.extra(), arms=rover_merl.ARMS, budget=500_000, seeds=(100, 101),
         feudal=rover_merl.FEUDAL),
+    # the project's Rover-v0 at coupling 4 (issue 31's last goal: the method above
+    # selector-only MERL and past ES-only's 0.670): RoverMERL's lessons carried over one by
+    # one (options that end and stop paying, the option's own row, the selector's own
+    # input). The arms are the study's v0 arms; the best probe goes to configs/rover_v0.json
+    "rover_v0": Study(
+        lambda _: rover.base_config(4), rover_merl.MAX_STEPS,
+        probes=[
+            ("Rover study's settings", {"actor": {"selector_period": 25}}),
+            ("options end", {
+                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
+                "actor": {"selector_period": 25, "option_ends": True}}),
+            ("options end, selector own input", {
+                "env_kwargs": {"option_obs": True, "paid_until_observed": True,
+                               "selector_info": True},
+                "actor": {"selector_period": 25, "option_ends": True,
+                          "selector_input": "own"}}),
+        ],
+        extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=500_000,
+        seeds=(100, 101), feudal=rover_merl.FEUDAL),
 }
 
 

@@ -444,7 +444,7 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
 
 
 @pytest.mark.parametrize("study", ["rover", "discovery", "dispersion", "coverage",
-                                   "rover_merl"])
+                                   "rover_merl", "rover_v0"])
 def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
         study, tmp_path, monkeypatch):
     """Each listed probe, for every arm of its study, is a TrainerConfig that differs from
@@ -546,7 +546,8 @@ def test_rover_merl_goals_on_a_synthetic_report(monkeypatch):
 def test_rover_merl_v0_goals_need_es_only_s_level_and_merl_s_speed(monkeypatch):
     from experiments import rover_merl
 
-    monkeypatch.setattr(rover_merl, "METHOD", "merl_actor")
+    monkeypatch.setattr(rover_merl, "METHOD_V0", "merl_actor")
+    monkeypatch.setattr(rover_merl, "METHOD", "merl")  # RoverMERL's method: not v0's
     arms = {"merl": [0.55, 0.56, 0.54], "merl_actor": [0.70, 0.71, 0.69],
             "es": [0.66, 0.68, 0.67]}
     report = _report({rover_merl.V0_LABEL: arms}, 1.0)
@@ -561,7 +562,22 @@ def test_rover_merl_v0_goals_need_es_only_s_level_and_merl_s_speed(monkeypatch):
     report = _report({rover_merl.V0_LABEL: arms}, 1.0)
     report["variants"][rover_merl.V0_LABEL]["runs"] = v["runs"]
     assert not rover_merl.goals(report)[0]["met"]
-    assert rover_merl._variant("v0", rover_merl.ARMS).arms == ("merl", "merl_actor", "es")
+    assert rover_merl._variant("v0", rover_merl.ARMS).arms == (
+        "merl", "merl_actor", "merl_two_stage", "es")
+
+
+def test_rover_v0_settings_and_method_are_the_ones_its_sweep_chose():
+    """configs/rover_v0.json is configs/rover.json with the landed rover_v0 sweep's best
+    probe and nothing else; the v0 method is that sweep's; the sweep's arms are the v0
+    variant's, on seeds >= 100."""
+    from experiments import rover, rover_merl, sweep
+
+    spec = sweep.STUDIES["rover_v0"]
+    assert min(spec.seeds) >= 100 and spec.arms == rover_merl.V0_ARMS
+    landed = json.loads((RESULTS / "sweep-rover_v0.json").read_text())
+    assert landed["method"] == rover_merl.METHOD_V0
+    best = next(p["overrides"] for p in landed["probes"] if p["probe"] == landed["best"])
+    assert rover_merl.v0_config() == merge(rover.base_config(4), best)
 
 
 def test_rover_merl_method_is_the_one_its_sweep_chose():

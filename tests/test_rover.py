@@ -74,6 +74,32 @@ def test_dense_channels_are_saturating_proximity():
     assert ENV.skill_names == ("poi_0", "poi_1")
 
 
+def test_paid_until_observed_and_the_selectors_own_input():
+    """``paid_until_observed``: skill k is 0 from the step POI k is observed on (the other
+    channels, the reward and the team reward as without it); ``selector_info``: the id
+    one-hot then every POI's flag, the rest of the observation unchanged."""
+    env = Rover(num_agents=4, num_pois=2, coupling=3, max_steps=3, observe_radius=2.0,
+                paid_until_observed=True, selector_info=True)
+    pos = np.array([[2.0, 10.0]] * 3 + [[17.0, 10.0]], np.float32)  # POI 0 observed now
+    obs, s, out = env.step(jax.random.key(0), state(pos), STAY)
+    base_obs, _, base = ENV.step(jax.random.key(0), state(pos), STAY)
+    want = np.asarray(base.skill_rewards).copy()
+    want[:, 0] = 0.0
+    np.testing.assert_array_equal(np.asarray(out.skill_rewards), want)
+    assert np.asarray(base.skill_rewards)[:, 0].min() > 0  # it did pay without
+    np.testing.assert_array_equal(np.asarray(out.reward), np.asarray(base.reward))
+    assert bool(s.found[0]) and not bool(s.found[1])
+    np.testing.assert_array_equal(
+        np.asarray(obs["selector_obs"]),
+        np.concatenate([np.eye(4), np.tile([[1.0, 0.0]], (4, 1))], -1))
+    assert set(obs) == set(base_obs) | {"selector_obs"}
+    for k in base_obs:
+        np.testing.assert_array_equal(np.asarray(obs[k]), np.asarray(base_obs[k]))
+    for bad in ("selector_info", "paid_until_observed"):
+        with pytest.raises(TypeError, match=bad):
+            Rover(**{bad: 1})
+
+
 def test_reset_regions_and_observation_layout():
     env = Rover()  # 8 rovers, 4 POIs, coupling 4, world 20
     obs, s = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 256))
