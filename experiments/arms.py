@@ -43,6 +43,9 @@ ARMS: dict[str, dict[str, Any]] = {
                     "mappo": {"reward": "mixed"}},
     "mappo_team": {"mode": "mappo", "actor": {"options": "fixed"},
                    "mappo": {"reward": "team"}},
+    # issue 32: ES on the selector over a frozen (pretrained) executor, which it cannot
+    # move away from its imitation
+    "es_selector": {"mode": "es-selector"},
 }
 ABLATION_ARMS = ("merl", "mappo_uniform", "mappo_fixed", "es")  # the MERL paper's set
 ARM_LABELS = {"merl": "MERL (ES selector + MAPPO executor)",
@@ -53,7 +56,8 @@ ARM_LABELS = {"merl": "MERL (ES selector + MAPPO executor)",
               "merl_actor": "MERL-actor (whole-actor ES, learner migrated in)",
               "merl_two_stage": "MERL two-stage (selector ES, then whole-actor + migration)",
               "mappo_mixed": "MAPPO, mixed reward (local + team)",
-              "mappo_team": "MAPPO, team reward"}
+              "mappo_team": "MAPPO, team reward",
+              "es_selector": "ES on the selector, executor frozen"}
 
 
 def merge(base: dict, over: dict) -> dict:

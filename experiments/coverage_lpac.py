@@ -26,7 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.coverage import COVER, ENV_KWARGS, base_config
+from experiments.coverage import (
+    ACTOR,
+    COVER,
+    ENV_KWARGS,
+    OBSERVE,
+    RECIPE,
+    base_config,
+)
 from experiments.machine import Timer, machine_note
 from experiments.report import RESULTS, write_json
 from experiments.stats import above, fmt_ci, summarize
@@ -38,13 +45,9 @@ from experiments.training import (
     reference_returns,
 )
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-RECIPE = CONFIGS / "coverage_lpac_pretrain.json"
-# the imitator's env: configs/coverage.json plus what the robots observe beyond it (the
-# sweep's choice of observation, e.g. memory_size); the task, and so Lloyd, is the same
-OBSERVE: dict[str, Any] = {
-    k: v for k, v in json.loads((CONFIGS / "coverage_lpac.json").read_text())[
-        "env_kwargs"].items() if k not in ENV_KWARGS}
+# RECIPE: configs/coverage_lpac_pretrain.json; OBSERVE and ACTOR: the imitator's env and
+# actor are configs/coverage.json's with the sweep's choice of observation and actor
+# fields (configs/coverage_lpac.json); the task, and so Lloyd, is the same
 SWEEP_SEEDS = (100, 101)
 EVAL_EPISODES = 64
 #: the sweep's probes: PretrainConfig fields over the defaults (expert and option fixed)
@@ -69,6 +72,16 @@ PROBES: dict[str, dict[str, Any]] = {
     "dagger-8-rounds-memory": dict(episodes=64, val_episodes=16, rounds=8,
                                    steps_per_round=1500, beta_decay=0.7, patience=3,
                                    env_kwargs=dict(memory_size=8)),
+    # added 2026-12-05: the memory at the grid's own resolution (decentralized Lloyd's
+    # whole map, not its 8 x 8 block means), and a wider network (LPAC's is far wider)
+    "dagger-8-rounds-memory16": dict(episodes=64, val_episodes=16, rounds=8,
+                                     steps_per_round=1500, beta_decay=0.7, patience=3,
+                                     env_kwargs=dict(memory_size=16)),
+    "dagger-8-rounds-memory-wide": dict(
+        episodes=64, val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7,
+        patience=3, env_kwargs=dict(memory_size=8),
+        actor=dict(cnn_channels=[16, 32], cnn_strides=[1, 2], cnn_out=32, vec_out=32,
+                   gnn_features=64, embed_dim=64, executor_hidden=[64, 64])),
 }
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
@@ -106,7 +119,7 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
     from feudal_es.resolve import apply_env_defaults, resolve_env
 
     recipe, observe, actor_fields = split_recipe(recipe)
-    config = TrainerConfig.from_dict({**base_config(), "env_kwargs": {
+    config = TrainerConfig.from_dict({**base_config(lpac=False), "env_kwargs": {
         **scaled_env(factor), **observe}, "seed": seed})
     env = resolve_env(config.env, config.env_kwargs)
     config = apply_env_defaults(config, env)[0]
@@ -239,7 +252,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     recipe = json.loads(RECIPE.read_text())
     recipe = {**scaled_recipe({k: v for k, v in recipe.items()
                                if k not in ("expert", "option")}, scale),
-              "env_kwargs": OBSERVE}
+              "env_kwargs": OBSERVE, **({"actor": ACTOR} if ACTOR else {})}
     keys = heldout_keys(episodes, HELDOUT_SEED)
     timer = Timer()
     sizes = {f: scaled_env(f) for f in FACTORS if f >= factor}

@@ -114,7 +114,7 @@ STUDIES: dict[str, Study] = {
                                                    "actor": {"selector_period": 20}}),
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": coverage.COVER}}},
-        arms=coverage.ARMS, budget=40_000),
+        arms=coverage.ARMS, budget=40_000, feudal=coverage.ARMS),
     # MERL's rover (issue 31): ES's step size decides whether whole-actor ES (ES-only,
     # merl_actor's stage 2) can move the executor at all; it also picks the method among
     # the feudal variants. A quarter of the study's budget, two seeds (one per core).

@@ -23,7 +23,14 @@ def test_the_configs_recipe_is_the_sweeps_choice():
     recipe = json.loads(lpac.RECIPE.read_text())
     fields, observe, actor = lpac.split_recipe(chosen)
     assert {k: v for k, v in recipe.items() if k not in ("expert", "option")} == fields
-    assert lpac.OBSERVE == observe and not actor  # configs/coverage_lpac.json's observation
+    # configs/coverage_lpac.json: configs/coverage.json with the probe's observation and
+    # actor fields, which the Coverage study's arms share
+    assert lpac.OBSERVE == observe and lpac.ACTOR == actor
+    from experiments import coverage
+
+    shared = coverage.base_config()
+    assert shared["env_kwargs"] == {**coverage.ENV_KWARGS, **observe}
+    assert shared["actor"] == {**coverage.CONFIG["actor"], **actor}
     assert chosen == lpac.PROBES[report["chosen"]]  # and the probe as the code lists it
     assert set(report["probes"]) == set(lpac.PROBES)  # every probe listed was run
     assert min(report["seeds"]) >= 100  # never the reported seeds

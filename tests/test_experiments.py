@@ -687,3 +687,43 @@ def test_an_earlier_job_s_variant_is_kept_only_when_run_alike(tmp_path):
     assert kept({**earlier, "variants": {v84.label: other}}) == {}
     assert kept_variants(path, alike, [v84], budget // 2) == {}  # another budget
     assert kept_variants(tmp_path / "none.json", alike, [v84], budget) == {}
+
+
+def test_coverage_goals_judge_the_sweeps_fine_tuning_arm_against_the_imitator_and_lloyd(
+        monkeypatch):
+    """J(T)/J(0) is lower-is-better: the chosen arm must not be worse than the imitator
+    alone with disjoint intervals, and must be better than decentralized Lloyd with
+    disjoint intervals; the goals name the sweep's arm, not the best reported one."""
+    from experiments import coverage
+
+    monkeypatch.setattr(coverage, "METHOD", "es_selector")
+    ref = lambda vals: {"coverage_cost": {**summarize(vals), "over": "episodes"}}
+
+    def report(arms, lloyd, bc):
+        return {"variants": {"4 robots": {
+            "coverage_cost": {a: summarize(v) for a, v in arms.items()},
+            "references": {"decentralized Lloyd": ref(lloyd), coverage.BC_START: ref(bc)}}}}
+
+    arms = {"merl": [0.50, 0.52, 0.51], "es_selector": [0.30, 0.31, 0.32],
+            "mappo_fixed": [0.2, 0.2, 0.21]}
+    lloyd, bc = [0.5, 0.55, 0.6, 0.52], [0.30, 0.32, 0.31, 0.33]
+    got = coverage.goals(report(arms, lloyd, bc))
+    assert [g["met"] for g in got] == [False, True, True]
+    assert "es_selector" in got[1]["goal"] and "es_selector" in got[2]["numbers"]
+    # worse than the imitator with disjoint intervals: the second goal fails
+    arms["es_selector"] = [0.40, 0.41, 0.42]
+    assert [g["met"] for g in coverage.goals(report(arms, lloyd, bc))] == [False, False, True]
+    # overlapping Lloyd: the third fails; MERL clearly below Lloyd: the first holds
+    arms.update(es_selector=[0.30, 0.5, 0.7], merl=[0.1, 0.11, 0.12])
+    assert [g["met"] for g in coverage.goals(report(arms, lloyd, bc))] == [True, True, False]
+
+
+def test_coverage_method_is_the_best_arm_at_the_best_probe_of_the_landed_sweep():
+    from experiments import coverage, sweep
+
+    assert sweep.STUDIES["coverage"].feudal == coverage.ARMS
+    landed = json.loads((RESULTS / "sweep-coverage.json").read_text())
+    best = next(p for p in landed["probes"] if p["probe"] == landed["best"])
+    assert coverage.METHOD == landed.get(
+        "method", max(best["arms"], key=lambda a: best["arms"][a]["mean"]))
+    assert min(landed["seeds"]) >= 100
