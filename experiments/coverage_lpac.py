@@ -9,8 +9,9 @@ validation episodes (key ``VALIDATION_SEED``) over seeds 100 and 101; the study 
 seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
 
     python -m experiments.coverage_lpac sweep    # every probe, seeds 100 101 (~25 min)
-    python -m experiments.coverage_lpac          # the study, seeds 0-9 (~32 min)
+    python -m experiments.coverage_lpac          # the study, seeds 0-9 (~10 min a seed)
     python -m experiments.coverage_lpac --trained 2    # only its part trained at 8 robots
+    python -m experiments.coverage_lpac --resume       # keep the seeds a stopped job finished
 
 Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac,
 coverage_lpac-trained_x2}.{json,md}``.
@@ -22,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import math
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ from experiments.training import (
     SEEDS,
     VALIDATION_SEED,
     heldout_keys,
+    journaled_rows,
     reference_returns,
 )
 
@@ -232,10 +235,10 @@ def scaled_recipe(recipe: dict[str, Any], scale: float) -> dict[str, Any]:
 
 
 def run(scale: float = 1.0, seeds: Sequence[int] = SEEDS, out_dir: Path = RESULTS,
-        episodes: int = EVAL_EPISODES, trained: Sequence[int] = TRAINED
-        ) -> list[dict[str, Any]]:
+        episodes: int = EVAL_EPISODES, trained: Sequence[int] = TRAINED,
+        resume: bool = False) -> list[dict[str, Any]]:
     """Both parts of the study (:func:`run_trained` for each factor of ``trained``)."""
-    return [run_trained(f, scale, seeds, out_dir, episodes) for f in trained]
+    return [run_trained(f, scale, seeds, out_dir, episodes, resume) for f in trained]
 
 
 def report_name(factor: int) -> str:
@@ -244,11 +247,15 @@ def report_name(factor: int) -> str:
 
 
 def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEEDS,
-                out_dir: Path = RESULTS, episodes: int = EVAL_EPISODES) -> dict[str, Any]:
+                out_dir: Path = RESULTS, episodes: int = EVAL_EPISODES,
+                resume: bool = False) -> dict[str, Any]:
     """The recipe of :data:`RECIPE` (``scale`` below 1: smaller, see
     :func:`scaled_recipe`) trained on ``seeds`` at :func:`scaled_env` ``(factor)``, each
     actor on the held-out episodes at that size and every larger one of :data:`FACTORS`,
-    with the Lloyd references there."""
+    with the Lloyd references there. Each finished seed's costs wait in
+    ``<out_dir>/<report>-seeds/seed_<s>.json`` until the report is written, so a job
+    stopped part-way and run again with ``resume`` keeps the seeds it finished, even on
+    another machine (the files can be committed)."""
     recipe = json.loads(RECIPE.read_text())
     recipe = {**scaled_recipe({k: v for k, v in recipe.items()
                                if k not in ("expert", "option")}, scale),
@@ -259,12 +266,23 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     per_seed: dict[int, list[float]] = {f: [] for f in sizes}
     records = []
     for seed in seeds:
-        actor, record = imitate_seed(recipe, seed, factor)
-        for f, kwargs in sizes.items():
-            costs = coverage_costs(actor, {**kwargs, **OBSERVE}, keys)
-            per_seed[f].append(sum(costs) / len(costs))
-        records.append({"seed": seed, **record,
-                        **{f"coverage_cost_x{f}": per_seed[f][-1] for f in sizes}})
+        journal = out_dir / f"{report_name(factor)}-seeds" / f"seed_{seed}.json"
+        what = {"recipe": recipe, "factor": factor, "sizes": sizes, "seed": seed,
+                "episodes": episodes, "heldout_seed": HELDOUT_SEED}
+        record = journaled_rows(journal, what) if resume else None
+        if record is None:
+            actor, record = imitate_seed(recipe, seed, factor)
+            for f, kwargs in sizes.items():
+                costs = coverage_costs(actor, {**kwargs, **OBSERVE}, keys)
+                record[f"coverage_cost_x{f}"] = sum(costs) / len(costs)
+            record = {"seed": seed, **record}
+            write_json(journal, {**what, "rows": [record]})
+        else:
+            record = record[0]
+            print(f"seed {seed}: finished by an earlier job ({journal})", flush=True)
+        for f in sizes:
+            per_seed[f].append(record[f"coverage_cost_x{f}"])
+        records.append(record)
         print(json.dumps(records[-1]), flush=True)
     table = {}
     for f, kwargs in sizes.items():
@@ -281,6 +299,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
               "wall_s": timer(), "machine": machine_note()}
     write_json(out_dir / f"{report_name(factor)}.json", report)
     (out_dir / f"{report_name(factor)}.md").write_text(study_markdown(report))
+    shutil.rmtree(out_dir / f"{report_name(factor)}-seeds", ignore_errors=True)
     return report
 
 
@@ -317,11 +336,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--episodes", type=int, default=EVAL_EPISODES)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--resume", action="store_true",
+                   help="keep the seeds an interrupted job of the same study finished")
     a = p.parse_args(argv)
     if a.what == "sweep":
         sweep(a.out, tuple(a.seeds or SWEEP_SEEDS), a.episodes)
     else:
-        run(a.scale, tuple(a.seeds or SEEDS), a.out, a.episodes, tuple(a.trained))
+        run(a.scale, tuple(a.seeds or SEEDS), a.out, a.episodes, tuple(a.trained),
+            a.resume)
 
 
 if __name__ == "__main__":

@@ -57,3 +57,43 @@ def test_a_smoke_scale_shrinks_episodes_and_steps_not_rounds():
     assert small["episodes"] == max(1, round(recipe["episodes"] * 0.05))
     assert small["steps_per_round"] == round(recipe["steps_per_round"] * 0.05)
     assert lpac.scaled_recipe(recipe, 1.0) == recipe
+
+
+def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
+    """Killed at its third seed and run again with resume: seeds 0 and 1 come from their
+    journals (not imitated again), the report holds every seed's costs as computed, and
+    the journals go once it is written; without resume every seed runs."""
+    trained: list[int] = []
+    stop_at = {"seed": 2}
+
+    def fake_imitate(recipe, seed, factor=1):
+        trained.append(seed)
+        if seed == stop_at["seed"]:
+            raise KeyboardInterrupt
+        return seed, {"steps": 1, "val_loss": 0.1, "wall_s": 0.0}
+
+    def fake_costs(actor, env_kwargs, keys):
+        return [0.3 + 0.01 * actor + 0.001 * env_kwargs["num_agents"]] * 2
+
+    monkeypatch.setattr(lpac, "imitate_seed", fake_imitate)
+    monkeypatch.setattr(lpac, "coverage_costs", fake_costs)
+    monkeypatch.setattr(lpac, "references", lambda kw, episodes, root: {
+        "decentralized Lloyd": [0.5, 0.6], "clairvoyant Lloyd": [0.1, 0.12]})
+    study = lambda resume=True: lpac.run_trained(1, 1.0, (0, 1, 2), tmp_path, 2, resume)
+    with pytest.raises(KeyboardInterrupt):
+        study()
+    assert trained == [0, 1, 2]
+    assert sorted(p.name for p in (tmp_path / "coverage_lpac-seeds").iterdir()) == [
+        "seed_0.json", "seed_1.json"]
+    trained.clear()
+    stop_at["seed"] = None
+    report = study()
+    assert trained == [2]  # seeds 0 and 1 were not imitated again
+    assert report["sizes"]["4 robots"]["imitator"]["per_seed"] == pytest.approx(
+        [0.304, 0.314, 0.324])
+    assert report["sizes"]["16 robots"]["imitator"]["per_seed"] == pytest.approx(
+        [0.316, 0.326, 0.336])
+    assert not (tmp_path / "coverage_lpac-seeds").exists()
+    trained.clear()
+    study(resume=False)
+    assert trained == [0, 1, 2]
