@@ -119,7 +119,8 @@ PLAN: dict[str, Run | Skip] = {
     ".venv/bin/feudal-es train --resume runs/rover --n-outer 60":
         Run(("--n-outer", "2", "--no-progress")),
     ".venv/bin/feudal-es pretrain --config configs/coverage_lpac.json "
-    "--recipe configs/coverage_lpac_pretrain.json --out runs/bc_actor.safetensors":
+    "--recipe configs/coverage_lpac_pretrain.json --rounds 3 --steps 500 "
+    "--out runs/bc_actor.safetensors":
         Run(PRETRAIN_SMALL, when="slow"),
     ".venv/bin/feudal-es train --config configs/coverage_lpac.json "
     "--set init_from=runs/bc_actor.safetensors":
