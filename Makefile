@@ -10,7 +10,7 @@ EXTRAS ?= dev
 # extra arguments of `make demo`, e.g. `make demo DEMO_ARGS="--n-outer 5 --seed 1"`
 DEMO_ARGS ?=
 
-.PHONY: demo test test-slow lint bench results results-merl clean
+.PHONY: demo test test-slow lint bench results results-merl results-lpac clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ results: $(STAMP)
 # MERL's rover (7 arms x 10 seeds at 2M env steps): its own job, see the README
 results-merl: $(STAMP)
 	$(BIN)/python -m experiments.all --only rover_merl
+
+# Coverage's LPAC imitation (20 imitators of ~14 min each): its own job, resumable by seed
+results-lpac: $(STAMP)
+	$(BIN)/python -m experiments.all --only coverage_lpac --resume
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
