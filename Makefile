@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(BIN)/feudal-es demo $(DEMO_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q --durations=15 -n auto --dist loadfile
+	$(BIN)/python -m pytest -m "not slow" -q --durations=15 -n auto --dist loadfile --no-loadscope-reorder
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q

@@ -39,3 +39,20 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # cache every compilation, not only those over JAX's default 1 s: the CLI subprocesses
 # recompile many small programs the session has compiled already
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+# The files whose tests take longest, longest first. ``make test`` hands whole files to
+# its two workers (``--dist loadfile``) in collection order (``--no-loadscope-reorder``):
+# started first, these end while the many short files fill the other worker, instead of
+# one of them starting last and leaving a worker idle (xdist's default order, by number
+# of tests, put the few-test long files last). Per-file times: ``--durations``.
+LONGEST_FIRST = ("test_cli.py", "test_pins.py", "test_readme_commands.py",
+                 "test_pretrain.py", "test_host_workers.py", "test_experiments.py",
+                 "test_mappo.py", "test_seeds.py", "test_reliability.py",
+                 "test_cli_errors.py", "test_transfer.py", "test_write_failures.py",
+                 "test_recurrent.py", "test_sharding.py", "test_readme.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Collect :data:`LONGEST_FIRST`'s files first, in its order; the rest as found."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

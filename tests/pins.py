@@ -79,7 +79,9 @@ def default_env() -> dict[str, str]:
 
 
 def _cli(*args: str, cwd: Path) -> None:
-    env = {**default_env(), "FEUDAL_ES_COMPILE_CACHE": os.environ.get(
+    """``feudal-es ARGS`` in this process's environment (:func:`record_as_users_run`
+    chose its optimization level)."""
+    env = {**os.environ, "FEUDAL_ES_COMPILE_CACHE": os.environ.get(
         "FEUDAL_ES_COMPILE_CACHE", "1")}
     subprocess.run([sys.executable, "-m", "feudal_es.cli", *args, "--no-progress"],
                    cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -180,13 +182,17 @@ def record(n_outer: int, which: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
     return out
 
 
-def record_as_users_run(n_outer: int, which: tuple[str, ...]) -> dict[str, Any]:
+def record_as_users_run(n_outer: int, which: tuple[str, ...], optimized: bool = True
+                        ) -> dict[str, Any]:
     """:func:`record` in a fresh process at XLA's default optimization level (what the
-    pins hold), from a test session that compiles at another one."""
+    pins hold), from a test session that compiles at another one; ``optimized=False``:
+    at the session's level, with its compilation cache (off the recording machine, where
+    no float of the CLI runs is compared, only the rows' columns and integers)."""
     with tempfile.TemporaryDirectory(prefix="feudal-es-pins-") as tmp:
         path = Path(tmp) / "pins.json"
         subprocess.run([sys.executable, __file__, "record", str(path), "--n-outer",
-                        str(n_outer), "--only", *which], env=default_env(), check=True,
+                        str(n_outer), "--only", *which],
+                       env=default_env() if optimized else dict(os.environ), check=True,
                        stdout=subprocess.DEVNULL)
         return json.loads(path.read_text())
 

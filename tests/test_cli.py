@@ -35,6 +35,30 @@ from PIL import Image
 cli = run_cli
 
 
+def main_in(work: Path, *argv: str) -> tuple[int, str, str]:
+    """``feudal-es ARGV`` through ``cli.main`` in this process, from ``work``: (exit
+    status, stdout, stderr). The same code as the subprocess without its start, import and
+    compilations; the subprocess path of each command is run by the tests above them and
+    by test_readme_commands."""
+    import contextlib
+    import io
+    import os
+
+    from feudal_es import cli as cli_module
+
+    out, err, cwd = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(work)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = cli_module.main(list(argv))
+            except SystemExit as e:  # argparse's refusal
+                status = e.code
+    finally:
+        os.chdir(cwd)
+    return status, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("cli")
@@ -100,8 +124,7 @@ def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
     assert_history_close(metrics_rows(run), metrics_rows(trained[0]))
 
 
-def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys,
-                                                          monkeypatch):
+def test_eval_compares_two_selectors_on_identical_episodes(work, trained):
     run, _ = trained
     other = work / "other.safetensors"
     from feudal_es.checkpoint import load_selector, save_selector
@@ -110,8 +133,10 @@ def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys
     save_selector(other, np.asarray(theta) + 0.5, meta)  # a different selector
     best = str(run / "best_selector.safetensors")
     sels = [best, str(other), best]
-    res = json.loads(cli("eval", str(run), "--selector", *sels, "--episodes", "4", "--json",
-                         cwd=work).stdout)
+    status, out, err = main_in(work, "eval", str(run), "--selector", *sels, "--episodes",
+                               "4", "--json")
+    assert status == 0, err
+    res = json.loads(out)
     rows = res["selectors"]
     assert [r["selector"] for r in rows] == sels and res["episodes"] == 4
     assert rows[0]["fitness_mean"] == rows[2]["fitness_mean"]  # same selector, same episodes
@@ -130,11 +155,8 @@ def test_eval_compares_two_selectors_on_identical_episodes(work, trained, capsys
     assert [i["b"] for i in res["improvement"]] == sels[1:]
     np.testing.assert_allclose([i["p"] for i in res["improvement"]], p, rtol=1e-9)
     assert res["improvement"][1]["p"][0] == 0.5  # the same selector on the same episodes
-    from feudal_es import cli as cli_module  # the table, in-process (same compiled code)
-
-    monkeypatch.chdir(work)
-    assert cli_module.main(["eval", str(run), "--selector", *sels, "--episodes", "4"]) == 0
-    table = capsys.readouterr().out
+    status, table, _ = main_in(work, "eval", str(run), "--selector", *sels, "--episodes", "4")
+    assert status == 0
     assert "95% CI" in table and "coverage_cost" in table and "±" in table
     assert "IQM [95% bootstrap CI]" in table and f"P({best} > {other}) = " in table
     line = next(x for x in table.splitlines() if x.startswith(str(other)))
@@ -152,8 +174,10 @@ def test_eval_of_two_runs_and_the_marl_eval_export(work, trained):
     twin = work / "twin"
     shutil.rmtree(twin, ignore_errors=True)
     shutil.copytree(run, twin)
-    res = json.loads(cli("eval", str(run), str(twin), "--episodes", "4", "--json",
-                         "--export", "marl-eval", "marl.json", cwd=work).stdout)
+    status, out, err = main_in(work, "eval", str(run), str(twin), "--episodes", "4", "--json",
+                               "--export", "marl-eval", "marl.json")
+    assert status == 0, err
+    res = json.loads(out)
     a, b = res["selectors"]
     assert res["runs"] == [str(run), str(twin)] and a["run"] == str(run)
     assert a["returns"] == b["returns"] and res["improvement"][0]["p"][0] == 0.5
@@ -166,12 +190,12 @@ def test_eval_of_two_runs_and_the_marl_eval_export(work, trained):
     assert one["step_0"]["step_count"] == a["env_steps"] > 0
     assert one["absolute_metrics"]["coverage_cost"] == a["per_episode"]["coverage_cost"]
     # what cannot be asked, in one line each
-    proc = cli("eval", str(run), str(twin), "--selector", "final", cwd=work, check=False)
-    assert proc.returncode == 2 and "selectors of one run" in proc.stderr
-    proc = cli("eval", str(run), "--export", "csv", "x.csv", cwd=work, check=False)
-    assert proc.returncode == 2 and "'csv': unknown format" in proc.stderr
-    proc = cli("eval", str(run), "--export", "marl-eval", str(twin), cwd=work, check=False)
-    assert proc.returncode != 0 and "directory" in proc.stderr and not proc.stdout  # no work
+    status, _, err = main_in(work, "eval", str(run), str(twin), "--selector", "final")
+    assert status == 2 and "selectors of one run" in err
+    status, _, err = main_in(work, "eval", str(run), "--export", "csv", "x.csv")
+    assert status == 2 and "'csv': unknown format" in err
+    status, out, err = main_in(work, "eval", str(run), "--export", "marl-eval", str(twin))
+    assert status != 0 and "directory" in err and not out  # refused before any work
 
 
 def test_render_writes_an_episode_gif(work, trained):
