@@ -6,7 +6,9 @@ same history); ``eval`` of two saved selectors on identical episodes; ``envs`` l
 an env that an ``--import``ed module registers (``user_envs``); ``render``; the errors a
 newcomer meets first (resume with nothing to do or no directory, ``--out`` into a foreign
 directory, a selector file of another env). The README's custom-env walk-through runs
-in test_readme.py.
+in test_readme.py. Once ``train`` has run as a subprocess, the ``eval`` and error cases
+go through ``cli.main`` in this process (:func:`main_in`: the same code, without a process
+start, import and compilation each; test_cli_errors runs the errors as subprocesses too).
 Compilations are shared with the in-process tests through the session's persistent XLA
 cache (conftest.py).
 """
@@ -236,19 +238,19 @@ def test_critic_time_input_is_refused_on_the_host_path(work):
 
 def test_resume_and_out_errors_come_before_any_work(work, trained):
     run, _ = trained
-    proc = cli("train", "--resume", str(run), cwd=work)
-    assert "nothing to do" in proc.stdout and "3 of its 3 rounds" in proc.stdout
-    proc = cli("train", "--resume", str(work / "missing"), cwd=work, check=False)
-    assert proc.returncode == 2 and "no such directory" in proc.stderr
+    status, out, _ = main_in(work, "train", "--resume", str(run))
+    assert status == 0 and "nothing to do" in out and "3 of its 3 rounds" in out
+    status, _, err = main_in(work, "train", "--resume", str(work / "missing"))
+    assert status == 2 and "no such directory" in err
     foreign = work / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    for out, message in ((foreign, "is not empty and is not a run directory"),
-                         (run, "already holds a run")):
-        proc = cli("train", "--config", "tiny.json", "--out", str(out), "--no-progress",
-                   cwd=work, check=False)
-        assert proc.returncode == 2 and message in proc.stderr
-        assert "training" not in proc.stdout  # refused before the banner
+    for where, message in ((foreign, "is not empty and is not a run directory"),
+                           (run, "already holds a run")):
+        status, out, err = main_in(work, "train", "--config", "tiny.json", "--out",
+                                   str(where), "--no-progress")
+        assert status == 2 and message in err
+        assert "training" not in out  # refused before the banner
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
 
 
@@ -259,11 +261,11 @@ def test_selector_file_of_another_env_is_refused_unless_forced(work, trained):
     theta, meta = load_selector(run / "best_selector.safetensors")
     alien = work / "alien.safetensors"
     save_selector(alien, theta, {**meta, "env": "feudal_es/Discovery-v0"})
-    proc = cli("eval", str(run), "--selector", str(alien), "--episodes", "2", cwd=work,
-               check=False)
-    assert proc.returncode == 2 and "not of this run's setup" in proc.stderr
-    assert "feudal_es/Discovery-v0" in proc.stderr and "--force" in proc.stderr
-    proc = cli("eval", str(run), "--selector", str(alien), "--episodes", "2", "--force",
-               "--json", cwd=work)
-    assert "evaluating it anyway" in proc.stderr
-    assert json.loads(proc.stdout)["selectors"][0]["selector"] == str(alien)
+    status, _, err = main_in(work, "eval", str(run), "--selector", str(alien), "--episodes",
+                             "2")
+    assert status == 2 and "not of this run's setup" in err
+    assert "feudal_es/Discovery-v0" in err and "--force" in err
+    status, out, err = main_in(work, "eval", str(run), "--selector", str(alien),
+                               "--episodes", "2", "--force", "--json")
+    assert status == 0 and "evaluating it anyway" in err
+    assert json.loads(out)["selectors"][0]["selector"] == str(alien)
