@@ -16,6 +16,7 @@ and below decentralized Lloyd with disjoint CIs.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ ARMS = ("merl", "mappo_uniform", "mappo_fixed", "es_selector")
 # `python -m experiments.sweep coverage` (experiments/results/sweep-coverage.json; the
 # landed sweep predates es_selector and the LPAC executor)
 METHOD = "merl"
+# the folder beside the run roots (runs/imitators) that keeps the imitator every arm starts
+# from, named by a digest of its inputs (:func:`pretrain`)
+IMITATORS = "imitators"
 
 
 def base_config(init_from: str = "", lpac: bool = True) -> dict[str, Any]:
@@ -57,20 +61,46 @@ def base_config(init_from: str = "", lpac: bool = True) -> dict[str, Any]:
             "actor": {**cfg["actor"], **copy.deepcopy(ACTOR)}, "init_from": init_from}
 
 
-def pretrain(path: Path, scale: float) -> Path:
+def pretrain(scale: float, store: Path = Path("runs") / IMITATORS) -> Path:
     """LPAC's imitation of clairvoyant Lloyd holding "cover" (``feudal-es pretrain
     --recipe configs/coverage_lpac_pretrain.json``), the executor every arm starts from;
-    below ``scale`` 0.5 (a smoke run) one short round of behaviour cloning."""
-    from feudal_es import cli
+    below ``scale`` 0.5 (a smoke run) one short round of behaviour cloning.
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cfg_path = path.with_suffix(".config.json")
-    cfg_path.write_text(json.dumps(base_config()))
+    The actor is stored under ``store`` by a digest of what makes it (the config, the
+    recipe, the arguments and the source of ``feudal_es``, ``envs`` and ``agents``), so
+    the study, its sweep and the zoo train it once (it takes minutes at full size) and a
+    change to any of those trains it afresh. The pretraining seed is the config's (0), the
+    same for every arm and run that starts from it."""
+    from feudal_es import cli
+    from feudal_es.checkpoint import SUFFIX
+
     short = [] if scale >= 0.5 else ["--rounds", "1", "--steps", "20", "--episodes", "8"]
-    cli.main(["pretrain", "--config", str(cfg_path), "--recipe", str(RECIPE),
-              "--expert", "lloyd_clairvoyant", "--option", "cover", *short,
-              "--no-progress", "--out", str(path)])
+    args = ["--expert", "lloyd_clairvoyant", "--option", "cover", *short, "--no-progress"]
+    inputs = {"config": base_config(), "recipe": json.loads(RECIPE.read_text()),
+              "args": args, "source": _source_digest()}
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+    path = store / f"coverage_lpac-{digest}{SUFFIX}"
+    if path.exists():  # written atomically: it exists only once complete
+        print(f"[coverage] the imitator of these inputs is already trained: {path}",
+              flush=True)
+        return path
+    store.mkdir(parents=True, exist_ok=True)
+    cfg_path = path.with_suffix(".config.json")
+    cfg_path.write_text(json.dumps(inputs["config"]))
+    path.with_suffix(".inputs.json").write_text(json.dumps(inputs, indent=1))
+    cli.main(["pretrain", "--config", str(cfg_path), "--recipe", str(RECIPE), *args,
+              "--out", str(path)])
     return path
+
+
+def _source_digest() -> str:
+    """SHA-256 over the ``.py`` files of the packages an imitator's training runs."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted(p for pkg in ("feudal_es", "envs", "agents")
+                    for p in (root / pkg).rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def references(episodes: int) -> dict[str, dict[str, list[float]]]:
@@ -135,9 +165,7 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
         run_root: Path = Path("runs/experiments"),
         eval_episodes: int = EVAL_EPISODES, resume: bool = False) -> dict[str, Any]:
     """Run the study; writes coverage.{json,csv,png,md} under ``out_dir``."""
-    from feudal_es.checkpoint import SUFFIX
-
-    init = pretrain(run_root / "coverage" / f"bc_lloyd_clairvoyant{SUFFIX}", scale)
+    init = pretrain(scale, run_root.parent / IMITATORS)
     variant = Variant("4 robots", base_config(str(init)), MAX_STEPS, arms=ARMS,
                       extra={"mappo_fixed": {"actor": {"fixed_option": COVER}}},
                       references=lambda e: {**references(e),

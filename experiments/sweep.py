@@ -57,9 +57,7 @@ class Study:
 
 
 def _coverage_base(run_root: Path) -> dict:
-    from feudal_es.checkpoint import SUFFIX
-
-    bc = coverage.pretrain(run_root / "coverage" / f"bc_lloyd_clairvoyant{SUFFIX}", 1.0)
+    bc = coverage.pretrain(1.0, run_root.parent / coverage.IMITATORS)
     return coverage.base_config(str(bc))
 
 

@@ -68,9 +68,8 @@ def _coverage(runs: Path) -> dict[str, Any]:
     """The Coverage study's start (behaviour cloning + DAgger of clairvoyant Lloyd,
     holding "cover") and its MERL arm; the checkpoint does not need the BC file."""
     from experiments import coverage
-    from feudal_es.checkpoint import SUFFIX
 
-    bc = coverage.pretrain(runs / f"coverage_bc{SUFFIX}", 1.0)
+    bc = coverage.pretrain(1.0, runs.parent / coverage.IMITATORS)
     return arm_config(coverage.base_config(str(bc)), "merl")
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -452,7 +453,7 @@ def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
     budget holds whole rounds of every arm."""
     from experiments import coverage, sweep
 
-    monkeypatch.setattr(coverage, "pretrain", lambda path, scale: path)  # no BC run here
+    monkeypatch.setattr(coverage, "pretrain", lambda scale, store: store / "bc")  # no BC run
     spec = sweep.STUDIES[study]
     base = spec.base(tmp_path)
     names = [n for n, _ in spec.probes]
@@ -727,3 +728,29 @@ def test_coverage_method_is_the_best_arm_at_the_best_probe_of_the_landed_sweep()
     assert coverage.METHOD == landed.get(
         "method", max(best["arms"], key=lambda a: best["arms"][a]["mean"]))
     assert min(landed["seeds"]) >= 100
+
+
+def test_coverage_imitator_is_trained_once_per_inputs(tmp_path, monkeypatch):
+    """The study, its sweep and the zoo share one imitator: a second call with the same
+    inputs trains nothing; another recipe (or scale's arguments) trains another."""
+    from experiments import coverage
+    from feudal_es import cli
+
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        out = Path(argv[argv.index("--out") + 1])
+        out.write_bytes(b"actor")
+
+    monkeypatch.setattr(cli, "main", fake_main)
+    first = coverage.pretrain(1.0, tmp_path)
+    assert coverage.pretrain(1.0, tmp_path) == first and len(calls) == 1
+    assert json.loads(first.with_suffix(".config.json").read_text()) == coverage.base_config()
+    smoke = coverage.pretrain(0.05, tmp_path)
+    assert smoke != first and len(calls) == 2 and "--rounds" in calls[1]
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({**json.loads(coverage.RECIPE.read_text()), "rounds": 2}))
+    monkeypatch.setattr(coverage, "RECIPE", recipe)
+    assert coverage.pretrain(1.0, tmp_path) not in (first, smoke) and len(calls) == 3
+    assert calls[2][calls[2].index("--recipe") + 1] == str(recipe)
