@@ -171,3 +171,25 @@ def run_cli(*args: str, cwd: Path, check: bool = True, timeout: float = 300,
     if check:
         assert proc.returncode == 0, f"feudal-es {args} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
+
+
+def main_in(work: Path, *argv: str) -> tuple[int, str, str]:
+    """``feudal-es ARGV`` through ``cli.main`` in this process, from ``work``: (exit
+    status, stdout, stderr). The same code as the subprocess (:func:`run_cli`) without its
+    start, import and compilations; argparse's refusal (``SystemExit``) is a status too."""
+    import contextlib
+    import io
+
+    from feudal_es import cli
+
+    out, err, cwd = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(work)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = cli.main(list(argv))
+            except SystemExit as e:
+                status = e.code
+    finally:
+        os.chdir(cwd)
+    return status, out.getvalue(), err.getvalue()

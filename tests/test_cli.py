@@ -28,6 +28,7 @@ from helpers import (
     assert_history_close,
     cli_command,
     cli_env,
+    main_in,
     metrics_rows,
     run_cli,
 )
@@ -35,30 +36,6 @@ from PIL import Image
 
 # --- helpers ----------------------------------------------------------------------------------
 cli = run_cli
-
-
-def main_in(work: Path, *argv: str) -> tuple[int, str, str]:
-    """``feudal-es ARGV`` through ``cli.main`` in this process, from ``work``: (exit
-    status, stdout, stderr). The same code as the subprocess without its start, import and
-    compilations; the subprocess path of each command is run by the tests above them and
-    by test_readme_commands."""
-    import contextlib
-    import io
-    import os
-
-    from feudal_es import cli as cli_module
-
-    out, err, cwd = io.StringIO(), io.StringIO(), os.getcwd()
-    os.chdir(work)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = cli_module.main(list(argv))
-            except SystemExit as e:  # argparse's refusal
-                status = e.code
-    finally:
-        os.chdir(cwd)
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

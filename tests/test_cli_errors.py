@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TESTS, TINY
+from helpers import ROOT, TESTS, TINY, main_in
 
 # --- the files a case needs, written into its working directory -------------------------
 NORAY = '''import sys
@@ -180,16 +180,9 @@ def test_cli_error_is_one_line_naming_the_cause(runs, case):
 
 
 @pytest.mark.parametrize("case", list(IN_PROCESS))
-def test_cli_main_error_is_one_line_naming_the_cause(work, case, capsys, monkeypatch):
-    from feudal_es import cli
-
+def test_cli_main_error_is_one_line_naming_the_cause(work, case):
     argv, says = IN_PROCESS[case]
-    monkeypatch.chdir(work)
-    try:
-        status = cli.main(argv)
-    except SystemExit as e:  # argparse's refusal
-        status = e.code
-    err = capsys.readouterr().err
+    status, _, err = main_in(work, *argv)
     lines = [line for line in err.splitlines() if line.strip()]
     assert status == 2 and lines, err
     assert lines[-1].startswith(f"feudal-es {argv[0]}: error: ") and "Traceback" not in err
