@@ -172,7 +172,7 @@ def score_histogram(report: dict, path: Path) -> Path:
     from experiments.plots import new_figure, save_figure
 
     labels = list(report["variants"])
-    fig, axes = new_figure(len(labels), 1, width=9.0, height=3.2)
+    fig, axes = new_figure(len(labels), 1, width=12.0, height=3.2)
     for ax, label in zip(axes[:, 0], labels, strict=True):
         v = report["variants"][label]
         arms = list(v["team_return"])
@@ -189,7 +189,7 @@ def score_histogram(report: dict, path: Path) -> Path:
         ax.set_ylabel("share of episodes")
         ax.set_title(f"{label}: {report['eval_episodes']} held-out episodes x "
                      f"{len(report['seeds'])} seeds per arm")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bars
     return save_figure(fig, path)
 
 
