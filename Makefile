@@ -10,7 +10,7 @@ EXTRAS ?= dev
 # extra arguments of `make demo`, e.g. `make demo DEMO_ARGS="--n-outer 5 --seed 1"`
 DEMO_ARGS ?=
 
-.PHONY: demo test test-slow lint bench results results-merl results-lpac clean
+.PHONY: demo test test-slow lint bench results results-merl results-coverage results-lpac clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,11 @@ results: $(STAMP)
 results-merl: $(STAMP)
 	$(BIN)/python -m experiments.all --only rover_merl
 
-# Coverage's LPAC imitation (20 imitators of ~14 min each): its own job, resumable by seed
+# Coverage (4 arms fine-tuning the LPAC imitator's wide actor): its own job, resumable by arm
+results-coverage: $(STAMP)
+	$(BIN)/python -m experiments.all --only coverage --resume
+
+# Coverage's LPAC imitation (20 imitators of ~10 min each): its own job, resumable by seed
 results-lpac: $(STAMP)
 	$(BIN)/python -m experiments.all --only coverage_lpac --resume
 

@@ -1,11 +1,13 @@
 """Regenerate every result of the README's Results section: Rover (couplings 4 and 6),
-Coverage, Discovery, Dispersion and MPE simple_spread, 10 seeds each (``--scale``
-multiplies every env-step budget); MERL's rover (``rover_merl``: 7 arms at 2M env steps,
-about as long as all the others together) and Coverage's LPAC imitation
-(``coverage_lpac``: 20 imitators of about 14 min each) are separate jobs.
+Discovery, Dispersion and MPE simple_spread, 10 seeds each (``--scale`` multiplies every
+env-step budget); MERL's rover (``rover_merl``: 7 arms at 2M env steps, about as long as
+all the others together), Coverage (``coverage``: 4 arms fine-tuning the LPAC imitator's
+wide actor, about half an hour each) and Coverage's LPAC imitation (``coverage_lpac``: 20
+imitators of about 10 min each) are separate jobs.
 
-    python -m experiments.all [--scale 1.0] [--only rover coverage]     # or: make results
+    python -m experiments.all [--scale 1.0] [--only rover mpe]          # or: make results
     python -m experiments.all --only rover_merl                # or: make results-merl
+    python -m experiments.all --only coverage --resume         # or: make results-coverage
     python -m experiments.all --only coverage_lpac --resume    # or: make results-lpac
     python -m experiments.all --scale 0.05 --out /tmp/smoke              # smoke run
     python -m experiments.all --only rover_merl --resume   # finish an interrupted run
@@ -46,8 +48,8 @@ STUDIES = {"rover": rover.run, "coverage": coverage.run, "coverage_lpac": covera
            "dispersion": swarm.dispersion, "mpe": mpe.run, "rover_merl": rover_merl.run}
 # the studies whose ``run`` takes ``resume`` (experiments.training.train_arm)
 RESUMABLE = tuple(n for n, f in STUDIES.items() if "resume" in inspect.signature(f).parameters)
-SEPARATE = ("rover_merl", "coverage_lpac")  # their own jobs: ``make results`` would pass
-# 2 h with them (LPAC's imitation with its wider actor: about 14 min a seed, 20 seeds)
+# their own jobs: ``make results`` would pass 2 h with any of them (README: Results)
+SEPARATE = ("rover_merl", "coverage", "coverage_lpac")
 DEFAULT = [name for name in STUDIES if name not in SEPARATE]
 SMOKE_SCALE = 0.25  # below it, --scale is a smoke run
 SMOKE_SEEDS = (0, 1)
