@@ -48,6 +48,8 @@ METHOD = "merl"
 # the folder beside the run roots (runs/imitators) that keeps the imitator every arm starts
 # from, named by a digest of its inputs (:func:`pretrain`)
 IMITATORS = "imitators"
+# what of a TrainerConfig `feudal-es pretrain` reads (the rest sets fine-tuning)
+IMITATION_FIELDS = ("env", "env_kwargs", "actor", "seed")
 
 
 def base_config(init_from: str = "", lpac: bool = True) -> dict[str, Any]:
@@ -66,18 +68,21 @@ def pretrain(scale: float, store: Path = Path("runs") / IMITATORS) -> Path:
     --recipe configs/coverage_lpac_pretrain.json``), the executor every arm starts from;
     below ``scale`` 0.5 (a smoke run) one short round of behaviour cloning.
 
-    The actor is stored under ``store`` by a digest of what makes it (the config, the
-    recipe, the arguments and the source of ``feudal_es``, ``envs`` and ``agents``), so
-    the study, its sweep and the zoo train it once (it takes minutes at full size) and a
-    change to any of those trains it afresh. The pretraining seed is the config's (0), the
-    same for every arm and run that starts from it."""
+    The actor is stored under ``store`` by a digest of what makes it (the config's env,
+    env kwargs, actor and seed, the recipe, the arguments and the source of ``feudal_es``,
+    ``envs`` and ``agents``), so the study, its sweep (whatever its probes set for
+    fine-tuning) and the zoo train it once (it takes minutes at full size) and a change to
+    any of those trains it afresh. The pretraining seed is the config's (0), the same for
+    every arm and run that starts from it."""
     from feudal_es import cli
     from feudal_es.checkpoint import SUFFIX
 
     short = [] if scale >= 0.5 else ["--rounds", "1", "--steps", "20", "--episodes", "8"]
     args = ["--expert", "lloyd_clairvoyant", "--option", "cover", *short, "--no-progress"]
-    inputs = {"config": base_config(), "recipe": json.loads(RECIPE.read_text()),
-              "args": args, "source": _source_digest()}
+    config = base_config()
+    inputs = {"config": {k: config.get(k) for k in IMITATION_FIELDS},
+              "recipe": json.loads(RECIPE.read_text()), "args": args,
+              "source": _source_digest()}
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     path = store / f"coverage_lpac-{digest}{SUFFIX}"
     if path.exists():  # written atomically: it exists only once complete
@@ -86,7 +91,7 @@ def pretrain(scale: float, store: Path = Path("runs") / IMITATORS) -> Path:
         return path
     store.mkdir(parents=True, exist_ok=True)
     cfg_path = path.with_suffix(".config.json")
-    cfg_path.write_text(json.dumps(inputs["config"]))
+    cfg_path.write_text(json.dumps(config))
     path.with_suffix(".inputs.json").write_text(json.dumps(inputs, indent=1))
     cli.main(["pretrain", "--config", str(cfg_path), "--recipe", str(RECIPE), *args,
               "--out", str(path)])

@@ -732,7 +732,8 @@ def test_coverage_method_is_the_best_arm_at_the_best_probe_of_the_landed_sweep()
 
 def test_coverage_imitator_is_trained_once_per_inputs(tmp_path, monkeypatch):
     """The study, its sweep and the zoo share one imitator: a second call with the same
-    inputs trains nothing; another recipe (or scale's arguments) trains another."""
+    inputs trains nothing, nor does a fine-tuning setting (a sweep's probe); another actor,
+    recipe or scale's arguments trains another."""
     from experiments import coverage
     from feudal_es import cli
 
@@ -747,10 +748,18 @@ def test_coverage_imitator_is_trained_once_per_inputs(tmp_path, monkeypatch):
     first = coverage.pretrain(1.0, tmp_path)
     assert coverage.pretrain(1.0, tmp_path) == first and len(calls) == 1
     assert json.loads(first.with_suffix(".config.json").read_text()) == coverage.base_config()
+    tuned = {**coverage.base_config(), "mappo": {"lr": 1e-5}}
+    monkeypatch.setattr(coverage, "base_config", lambda: tuned)  # a sweep probe's setting
+    assert coverage.pretrain(1.0, tmp_path) == first and len(calls) == 1
+    actor = {**tuned, "actor": {**tuned["actor"], "embed_dim": 7}}
+    monkeypatch.setattr(coverage, "base_config", lambda: actor)
+    assert coverage.pretrain(1.0, tmp_path) != first and len(calls) == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(cli, "main", fake_main)
     smoke = coverage.pretrain(0.05, tmp_path)
-    assert smoke != first and len(calls) == 2 and "--rounds" in calls[1]
+    assert smoke != first and len(calls) == 3 and "--rounds" in calls[2]
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({**json.loads(coverage.RECIPE.read_text()), "rounds": 2}))
     monkeypatch.setattr(coverage, "RECIPE", recipe)
-    assert coverage.pretrain(1.0, tmp_path) not in (first, smoke) and len(calls) == 3
-    assert calls[2][calls[2].index("--recipe") + 1] == str(recipe)
+    assert coverage.pretrain(1.0, tmp_path) not in (first, smoke) and len(calls) == 4
+    assert calls[3][calls[3].index("--recipe") + 1] == str(recipe)
