@@ -42,13 +42,13 @@ MAX_STEPS = ENV_KWARGS["max_steps"]
 COVER = 1  # Coverage's skill_names.index("cover")
 ARMS = ("merl", "mappo_uniform", "mappo_fixed", "es_selector")
 # the fine-tuning arm the goals test: the best validation mean at the best probe of
-# `python -m experiments.sweep coverage` (experiments/results/sweep-coverage.json; the
-# landed sweep predates es_selector and the LPAC executor)
-METHOD = "merl"
+# `python -m experiments.sweep coverage` (experiments/results/sweep-coverage.json)
+METHOD = "mappo_fixed"
 # the folder beside the run roots (runs/imitators) that keeps the imitator every arm starts
 # from, named by a digest of its inputs (:func:`pretrain`)
 IMITATORS = "imitators"
-# what of a TrainerConfig `feudal-es pretrain` reads (the rest sets fine-tuning)
+# what of a TrainerConfig `feudal-es pretrain` reads (the rest sets fine-tuning), less the
+# actor's selector period: imitation holds one option, and no leaf depends on the period
 IMITATION_FIELDS = ("env", "env_kwargs", "actor", "seed")
 
 
@@ -69,19 +69,20 @@ def pretrain(scale: float, store: Path = Path("runs") / IMITATORS) -> Path:
     below ``scale`` 0.5 (a smoke run) one short round of behaviour cloning.
 
     The actor is stored under ``store`` by a digest of what makes it (the config's env,
-    env kwargs, actor and seed, the recipe, the arguments and the source of ``feudal_es``,
-    ``envs`` and ``agents``), so the study, its sweep (whatever its probes set for
-    fine-tuning) and the zoo train it once (it takes minutes at full size) and a change to
-    any of those trains it afresh. The pretraining seed is the config's (0), the same for
-    every arm and run that starts from it."""
+    env kwargs, actor but its selector period, and seed; the recipe, the arguments and the
+    source of ``feudal_es``, ``envs`` and ``agents``), so the study, its sweep (whatever
+    its probes set for fine-tuning) and the zoo train it once (it takes minutes at full
+    size) and a change to any of those trains it afresh. The pretraining seed is the
+    config's (0), the same for every arm and run that starts from it."""
     from feudal_es import cli
     from feudal_es.checkpoint import SUFFIX
 
     short = [] if scale >= 0.5 else ["--rounds", "1", "--steps", "20", "--episodes", "8"]
     args = ["--expert", "lloyd_clairvoyant", "--option", "cover", *short, "--no-progress"]
     config = base_config()
-    inputs = {"config": {k: config.get(k) for k in IMITATION_FIELDS},
-              "recipe": json.loads(RECIPE.read_text()), "args": args,
+    made_by = {k: config.get(k) for k in IMITATION_FIELDS}
+    made_by["actor"] = {k: v for k, v in made_by["actor"].items() if k != "selector_period"}
+    inputs = {"config": made_by, "recipe": json.loads(RECIPE.read_text()), "args": args,
               "source": _source_digest()}
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     path = store / f"coverage_lpac-{digest}{SUFFIX}"

@@ -748,7 +748,8 @@ def test_coverage_imitator_is_trained_once_per_inputs(tmp_path, monkeypatch):
     first = coverage.pretrain(1.0, tmp_path)
     assert coverage.pretrain(1.0, tmp_path) == first and len(calls) == 1
     assert json.loads(first.with_suffix(".config.json").read_text()) == coverage.base_config()
-    tuned = {**coverage.base_config(), "mappo": {"lr": 1e-5}}
+    base = coverage.base_config()
+    tuned = {**base, "mappo": {"lr": 1e-5}, "actor": {**base["actor"], "selector_period": 3}}
     monkeypatch.setattr(coverage, "base_config", lambda: tuned)  # a sweep probe's setting
     assert coverage.pretrain(1.0, tmp_path) == first and len(calls) == 1
     actor = {**tuned, "actor": {**tuned["actor"], "embed_dim": 7}}
