@@ -75,6 +75,7 @@ def pretrain(scale: float, store: Path = Path("runs") / IMITATORS) -> Path:
     size) and a change to any of those trains it afresh. The pretraining seed is the
     config's (0), the same for every arm and run that starts from it."""
     from feudal_es import cli
+    from feudal_es.atomic import atomic_write_text
     from feudal_es.checkpoint import SUFFIX
 
     short = [] if scale >= 0.5 else ["--rounds", "1", "--steps", "20", "--episodes", "8"]
@@ -91,9 +92,8 @@ def pretrain(scale: float, store: Path = Path("runs") / IMITATORS) -> Path:
               flush=True)
         return path
     store.mkdir(parents=True, exist_ok=True)
-    cfg_path = path.with_suffix(".config.json")
-    cfg_path.write_text(json.dumps(config))
-    path.with_suffix(".inputs.json").write_text(json.dumps(inputs, indent=1))
+    cfg_path = atomic_write_text(path.with_suffix(".config.json"), json.dumps(config))
+    atomic_write_text(path.with_suffix(".inputs.json"), json.dumps(inputs, indent=1))
     cli.main(["pretrain", "--config", str(cfg_path), "--recipe", str(RECIPE), *args,
               "--out", str(path)])
     return path
