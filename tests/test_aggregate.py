@@ -60,6 +60,31 @@ def test_probability_of_improvement():
         pytest.approx(_p_greater(ties, [0.0, 1.0, 0.5, 0.5])))
 
 
+def test_the_metrics_are_rliable_s_bit_for_bit():
+    """The metrics the bootstraps call equal ``rliable.metrics``' (scipy's trim_mean and
+    Mann-Whitney U) exactly, ties and uneven run counts included, and so do the intervals
+    built on them (the same seeded resamples through rliable's bootstrap)."""
+    library, metrics = aggregate.rliable()
+    cases = [RNG.normal(size=(10, 1)), RNG.normal(size=(7, 3)), RNG.normal(size=(1, 1)),
+             RNG.integers(0, 3, size=(9, 2)).astype(float), np.full((5, 1), 0.25)]
+    for a in cases:
+        assert aggregate.aggregate_iqm(a) == metrics.aggregate_iqm(a)
+        for b in cases:
+            if a.shape[1] == b.shape[1]:
+                assert aggregate.aggregate_poi(a, b) == metrics.probability_of_improvement(
+                    a, b), (a.shape, b.shape)
+    x, y = RNG.normal(size=10), RNG.normal(0.5, 1.0, size=12)
+    with aggregate._seeded(3):
+        _, ci = library.get_interval_estimates(
+            {"x": x[:, None]}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=300)
+    assert tuple(aggregate.iqm(x, reps=300, seed=3))[1:] == tuple(np.ravel(ci["x"]))
+    with aggregate._seeded(4):
+        _, ci = library.get_interval_estimates(
+            {"x": (x[:, None], y[:, None])}, metrics.probability_of_improvement, reps=300)
+    assert tuple(aggregate.probability_of_improvement(x, y, reps=300, seed=4))[1:] == tuple(
+        np.ravel(ci["x"]))
+
+
 @pytest.mark.parametrize("bad, match", [
     ([], "runs"), ([[[1.0]]], "runs"), ([1.0, float("nan")], "finite"),
 ])
