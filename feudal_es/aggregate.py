@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["REPS", "Interval", "aggregate_iqm", "aggregate_poi", "draw_performance_profiles",
+__all__ = ["REPS", "Interval", "aggregate_iqm", "aggregate_poi", "aggregate_profile",
+           "draw_performance_profiles",
            "iqm", "performance_profile", "plot_performance_profiles",
            "probability_of_improvement", "rliable"]
 
@@ -93,11 +94,12 @@ def _estimate(data: Any, func: Any, reps: int, seed: int) -> Interval:
     return Interval(float(np.ravel(point["x"])[0]), float(lo), float(hi))
 
 
-# rliable's two metrics, the same arithmetic without scipy's argument handling: the
+# rliable's metrics, the same arithmetic without scipy's argument handling: the
 # bootstrap (rliable's, through arch) calls the metric once per resample in Python, and
 # ``scipy.stats.trim_mean`` / ``mannwhitneyu`` spend far longer checking their arguments
-# than computing on ten scores (about a second per 2,000-resample interval). Equal to
-# ``rliable.metrics``' bit for bit (tests/test_aggregate.py).
+# than computing on ten scores (about a second per 2,000-resample interval), as
+# ``np.vectorize`` does for a profile's thresholds. Equal to rliable's bit for bit
+# (tests/test_aggregate.py).
 def aggregate_iqm(scores: np.ndarray) -> float:
     """``rliable.metrics.aggregate_iqm``: the 25% trimmed mean over every run and task,
     computed as ``scipy.stats.trim_mean(scores, 0.25, axis=None)`` computes it."""
@@ -117,6 +119,12 @@ def aggregate_poi(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
         u = np.sum(x[:, None] > y[None, :]) + 0.5 * np.sum(x[:, None] == y[None, :])
         per_task.append(float(u) / (x.size * y.size))
     return float(np.mean(per_task))
+
+
+def aggregate_profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """``rliable.library.score_distributions``: the share of all runs' scores above each
+    ``tau`` (rliable maps ``np.mean(scores > tau)`` over the taus one by one)."""
+    return np.mean(np.ravel(scores)[None, :] > np.asarray(taus)[:, None], axis=1)
 
 
 def iqm(scores: Any, reps: int = REPS, seed: int = 0) -> Interval:
@@ -148,7 +156,7 @@ def performance_profile(scores: Mapping[str, Any], taus: Sequence[float],
     taus = np.asarray(taus, np.float64)
     with _seeded(seed):
         return library.get_interval_estimates(
-            data, lambda s: library.score_distributions(s, taus), reps=reps)
+            data, lambda s: aggregate_profile(s, taus), reps=reps)
 
 
 def draw_performance_profiles(ax: Any, scores: Mapping[str, Any], xlabel: str,

@@ -61,9 +61,10 @@ def test_probability_of_improvement():
 
 
 def test_the_metrics_are_rliable_s_bit_for_bit():
-    """The metrics the bootstraps call equal ``rliable.metrics``' (scipy's trim_mean and
-    Mann-Whitney U) exactly, ties and uneven run counts included, and so do the intervals
-    built on them (the same seeded resamples through rliable's bootstrap)."""
+    """The metrics the bootstraps call equal rliable's (scipy's trim_mean, Mann-Whitney U,
+    the profile's share above each threshold) exactly, ties and uneven run counts
+    included, and so do the intervals built on them (the same seeded resamples through
+    rliable's bootstrap)."""
     library, metrics = aggregate.rliable()
     cases = [RNG.normal(size=(10, 1)), RNG.normal(size=(7, 3)), RNG.normal(size=(1, 1)),
              RNG.integers(0, 3, size=(9, 2)).astype(float), np.full((5, 1), 0.25)]
@@ -73,6 +74,9 @@ def test_the_metrics_are_rliable_s_bit_for_bit():
             if a.shape[1] == b.shape[1]:
                 assert aggregate.aggregate_poi(a, b) == metrics.probability_of_improvement(
                     a, b), (a.shape, b.shape)
+        taus = np.linspace(a.min() - 0.5, a.max() + 0.5, 33)
+        np.testing.assert_array_equal(aggregate.aggregate_profile(a, taus),
+                                      library.score_distributions(a, taus))
     x, y = RNG.normal(size=10), RNG.normal(0.5, 1.0, size=12)
     with aggregate._seeded(3):
         _, ci = library.get_interval_estimates(
@@ -83,6 +87,13 @@ def test_the_metrics_are_rliable_s_bit_for_bit():
             {"x": (x[:, None], y[:, None])}, metrics.probability_of_improvement, reps=300)
     assert tuple(aggregate.probability_of_improvement(x, y, reps=300, seed=4))[1:] == tuple(
         np.ravel(ci["x"]))
+    taus = np.linspace(-2.0, 2.0, 21)
+    with aggregate._seeded(5):
+        want = library.get_interval_estimates(
+            {"x": x[:, None]}, lambda s: library.score_distributions(s, taus), reps=100)
+    got = aggregate.performance_profile({"x": x}, taus, reps=100, seed=5)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g["x"], w["x"])
 
 
 @pytest.mark.parametrize("bad, match", [
