@@ -35,6 +35,7 @@ POLICIES: dict[str, dict[str, str]] = {
     "Coverage": {
         "lloyd": "envs.policies:lloyd_decentralized",
         "lloyd_clairvoyant": "envs.policies:lloyd_clairvoyant",
+        "lloyd_local": "envs.policies:lloyd_decentralized_local",
         "random": "envs.policies:random_policy",
     },
     "Discovery": {

@@ -66,25 +66,48 @@ def lloyd_clairvoyant(key: jax.Array, env: Coverage, state: CoverageState) -> ja
     return _toward(env, state.pos, target)
 
 
-def lloyd_decentralized(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
-    """Decentralized Lloyd step: each robot uses only what it knows.
-
-    Robot i's cell is the set of grid cells no nearer to any of its comm-radius
-    neighbours than to itself (robots out of range are ignored, as in decentralized CVT);
-    the centroid is weighted by robot i's own sensed density map.
-    """
-    del key
+def _decentralized_step(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
+    """Decentralized Lloyd's action: robot i's cell among itself and its comm-radius
+    neighbours, inside a square of half-side ``window`` around it (``None``: the whole
+    world), weighted by its own sensed map (:func:`_centroids`' fallbacks)."""
     d2 = env.sq_dists(state.pos)  # [N, G, G]
     adj = env.comm_graph(state) > 0
+    c = env.cell_centres()
 
     def own_cell(i):
         nearest_nbr = jnp.min(jnp.where(adj[i][:, None, None], d2, jnp.inf), axis=0)
-        return d2[i] <= nearest_nbr  # [G, G]
+        cell = d2[i] <= nearest_nbr  # [G, G]
+        if window is None:
+            return cell
+        near = lambda x: jnp.abs(c - x) <= window  # [G] along one axis
+        return cell & near(state.pos[i, 1])[:, None] & near(state.pos[i, 0])[None, :]
 
     # lax.map in chunks keeps memory at O(chunk * N * G^2), not O(N^2 * G^2).
     mask = lax.map(own_cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
     target = _centroids(env, state.pos, env.sensed(state), mask)
     return _toward(env, state.pos, target)
+
+
+def lloyd_decentralized(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
+    """Decentralized Lloyd step: each robot uses only what it knows.
+
+    Robot i's cell is the set of grid cells no nearer to any of its comm-radius
+    neighbours than to itself (robots out of range are ignored, as in decentralized CVT);
+    the centroid is weighted by robot i's own sensed density map, over the whole world.
+    """
+    del key
+    return _decentralized_step(env, state, None)
+
+
+def lloyd_decentralized_local(key: jax.Array, env: Coverage, state: CoverageState
+                              ) -> jax.Array:
+    """Decentralized Lloyd as CoverageControl's ``DecentralizedCVT`` computes it: as
+    :func:`lloyd_decentralized`, but robot i's cell is cut to its local map, the square
+    of half-side ``comm_radius`` around it (LPAC's ``LocalMapSize`` is twice its
+    ``CommunicationRange``), so a robot is drawn only by the density it sensed nearby and
+    an empty cell's geometric centroid stays near the robot."""
+    del key
+    return _decentralized_step(env, state, env.comm_radius)
 
 
 def rollout(

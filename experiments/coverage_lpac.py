@@ -12,9 +12,10 @@ seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
     python -m experiments.coverage_lpac          # the study, seeds 0-9 (~10 min a seed)
     python -m experiments.coverage_lpac --trained 2    # only its part trained at 8 robots
     python -m experiments.coverage_lpac --resume       # keep the seeds a stopped job finished
+    python -m experiments.coverage_lpac references     # the Lloyd variants alone (~1 min)
 
 Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac,
-coverage_lpac-trained_x2}.{json,md}``.
+coverage_lpac-trained_x2,coverage_lpac-references}.{json,md}``.
 """
 
 from __future__ import annotations
@@ -164,6 +165,54 @@ def references(env_kwargs: dict[str, Any], episodes: int, root: int
         "decentralized Lloyd": lloyd_decentralized, "clairvoyant Lloyd": lloyd_clairvoyant},
         episodes, "coverage_cost", root)
     return {name: r["coverage_cost"] for name, r in refs.items()}
+
+
+#: every decentralized and centralized Lloyd the references report holds (envs.policies)
+REFERENCE_POLICIES = {
+    "decentralized Lloyd": "lloyd_decentralized",
+    "decentralized Lloyd, local map (CoverageControl's DecentralizedCVT)":
+        "lloyd_decentralized_local",
+    "clairvoyant Lloyd": "lloyd_clairvoyant",
+}
+
+
+def references_report(out_dir: Path = RESULTS, episodes: int = EVAL_EPISODES
+                      ) -> dict[str, Any]:
+    """Every Lloyd of :data:`REFERENCE_POLICIES` on the study's held-out episodes at each
+    size of :data:`FACTORS`: whether the project's decentralized Lloyd (its cell over the
+    whole world) is a stronger baseline than CoverageControl's (its cell cut to the
+    robot's local map). Writes ``<out_dir>/coverage_lpac-references.{json,md}``."""
+    import envs.policies
+    from envs.coverage import Coverage
+
+    timer = Timer()
+    policies = {k: getattr(envs.policies, v) for k, v in REFERENCE_POLICIES.items()}
+    sizes = {}
+    for f in FACTORS:
+        kwargs = scaled_env(f)
+        refs = reference_returns(Coverage(**kwargs), policies, episodes, "coverage_cost",
+                                 HELDOUT_SEED)
+        sizes[f"{kwargs['num_agents']} robots"] = {
+            "env_kwargs": kwargs, "references": {
+                k: {**summarize(r["coverage_cost"]), "over": "episodes"}
+                for k, r in refs.items()}}
+    report = {"study": "coverage_lpac-references", "episodes": episodes,
+              "heldout_seed": HELDOUT_SEED, "policies": REFERENCE_POLICIES, "sizes": sizes,
+              "wall_s": timer(), "machine": machine_note()}
+    write_json(out_dir / "coverage_lpac-references.json", report)
+    names = list(REFERENCE_POLICIES)
+    lines = [f"# The Lloyd references of the LPAC study ({episodes} held-out episodes)", "",
+             "| robots (world side) | " + " | ".join(names) + " |",
+             "|---|" + "---|" * len(names)]
+    for label, row in sizes.items():
+        cells = [fmt_ci(row["references"][k]["mean"], row["references"][k]["ci95"])
+                 for k in names]
+        lines.append(f"| {label} ({row['env_kwargs']['world_size']:.3g}) | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "J(T)/J(0), lower is better; 95% t-intervals over episodes. Wall time "
+              f"{report['wall_s']:.0f} s."]
+    (out_dir / "coverage_lpac-references.md").write_text("\n".join(lines) + "\n")
+    return report
 
 
 def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
@@ -328,7 +377,8 @@ def main(argv: list[str] | None = None) -> None:
 
     use_cpu_cores()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="?", choices=("study", "sweep"), default="study")
+    p.add_argument("what", nargs="?", choices=("study", "sweep", "references"),
+                   default="study")
     p.add_argument("--trained", type=int, nargs="+", default=list(TRAINED),
                    help="the factors of the study's size to train at (default: 1 2)")
     p.add_argument("--scale", type=float, default=1.0,
@@ -341,6 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.what == "sweep":
         sweep(a.out, tuple(a.seeds or SWEEP_SEEDS), a.episodes)
+    elif a.what == "references":
+        references_report(a.out, a.episodes)
     else:
         run(a.scale, tuple(a.seeds or SEEDS), a.out, a.episodes, tuple(a.trained),
             a.resume)

@@ -197,8 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "coverage_lpac_pretrain.json); the options below override it")
     pt.add_argument("--expert", type=text,
                     help="reference policy name (envs.gif.POLICIES; Coverage: "
-                         "lloyd_clairvoyant, lloyd, random; default: the recipe's, else "
-                         "the env's first)")
+                         "lloyd_clairvoyant, lloyd, lloyd_local, random; default: the "
+                         "recipe's, else the env's first)")
     pt.add_argument("--option", type=text,
                     help="option held while imitating (name or index, e.g. cover; "
                          "default: the recipe's, else 0)")

@@ -20,6 +20,7 @@ from envs.coverage import Coverage, CoverageState
 from envs.policies import (
     lloyd_clairvoyant,
     lloyd_decentralized,
+    lloyd_decentralized_local,
     random_policy,
     rollout,
     rollout_metric,
@@ -97,20 +98,27 @@ def np_window(env: Coverage, sensed: np.ndarray, pos: np.ndarray, i: int) -> np.
 
 
 def np_lloyd_target(env: Coverage, pos: np.ndarray, weights: np.ndarray,
-                    members: list[list[int]]) -> np.ndarray:
+                    members: list[list[int]], window: float | None = None) -> np.ndarray:
     """Centroid of robot i's cell among robots ``members[i]`` (which includes i), weighted
-    by ``weights[i]``; loops over cells."""
+    by ``weights[i]``; with ``window``, only the cells whose centre is within ``window`` of
+    robot i along both axes. No mass: the cell's geometric centroid (an empty cell: the
+    robot's position). Loops over cells."""
     c = np_centres(env)
     out = np.zeros_like(pos)
     for i in range(len(pos)):
-        mass, acc = 0.0, np.zeros(2)
+        mass, acc, count, geo = 0.0, np.zeros(2), 0, np.zeros(2)
         for iy in range(env.grid_size):
             for ix in range(env.grid_size):
+                if window is not None and max(abs(c[ix] - pos[i, 0]),
+                                              abs(c[iy] - pos[i, 1])) > window:
+                    continue
                 d2 = {j: (c[ix] - pos[j, 0]) ** 2 + (c[iy] - pos[j, 1]) ** 2 for j in members[i]}
                 if d2[i] <= min(d2.values()):
                     mass += weights[i, iy, ix]
                     acc += weights[i, iy, ix] * np.array([c[ix], c[iy]])
-        out[i] = acc / mass
+                    count += 1
+                    geo += np.array([c[ix], c[iy]])
+        out[i] = acc / mass if mass > 1e-6 else geo / count if count else pos[i]
     return out
 
 
@@ -307,10 +315,21 @@ def test_lloyd_policies_match_numpy_centroids(small):
                                np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
     # decentralized: own sensed map, self + comm neighbours only
     members = [[i, *np.nonzero(adj[i])[0].tolist()] for i in range(n)]
-    target = np_lloyd_target(env, pos, np.asarray(env.sensed(s)), members)
-    decentralized = jax.jit(lambda s: lloyd_decentralized(None, env, s))
-    np.testing.assert_allclose(np.asarray(decentralized(s)),
-                               np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
+    decentralized = jax.jit(lambda s: (lloyd_decentralized(None, env, s),
+                                       lloyd_decentralized_local(None, env, s)))
+    # CoverageControl's: the same cell cut to the robot's local map (half-side comm
+    # radius); once every robot has sensed the whole world, the cut changes every target
+    knows_all = s._replace(seen=jnp.ones_like(s.seen))
+    for state, differs in ((s, False), (knows_all, True)):
+        whole, local = map(np.asarray, decentralized(state))
+        sensed = np.asarray(env.sensed(state))
+        target = np_lloyd_target(env, pos, sensed, members)
+        np.testing.assert_allclose(whole, np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
+        target_local = np_lloyd_target(env, pos, sensed, members, window=env.comm_radius)
+        np.testing.assert_allclose(local, np_toward(env, pos, target_local),
+                                   rtol=1e-4, atol=1e-4)
+        if differs:
+            assert np.linalg.norm(target_local - target, axis=1).min() > 1e-3
 
 
 def test_jit_vmap_batch_traces_once(batched):

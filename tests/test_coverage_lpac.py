@@ -97,3 +97,28 @@ def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
     trained.clear()
     study(resume=False)
     assert trained == [0, 1, 2]
+
+
+def test_the_references_report_runs_each_named_lloyd_at_each_size(tmp_path, monkeypatch):
+    """Every policy of REFERENCE_POLICIES is a function of envs.policies, played at each
+    transfer size on the held-out episodes; the report keeps its per-episode values."""
+    import envs.policies
+
+    seen = []
+
+    def fake_returns(env, policies, episodes, metric, root):
+        seen.append((env.num_agents, tuple(policies.values()), episodes, root))
+        return {k: {metric: [0.1 * i + 0.01 * env.num_agents] * episodes}
+                for i, k in enumerate(policies)}
+
+    monkeypatch.setattr(lpac, "reference_returns", fake_returns)
+    report = lpac.references_report(tmp_path, episodes=3)
+    functions = tuple(getattr(envs.policies, v) for v in lpac.REFERENCE_POLICIES.values())
+    assert seen == [(lpac.scaled_env(f)["num_agents"], functions, 3, lpac.HELDOUT_SEED)
+                    for f in lpac.FACTORS]
+    clairvoyant = report["sizes"]["8 robots"]["references"]["clairvoyant Lloyd"]
+    assert clairvoyant["per_seed"] == pytest.approx([0.28] * 3)  # here: per episode
+    md = (tmp_path / "coverage_lpac-references.md").read_text()
+    assert all(f"| {4 * f} robots" in md for f in lpac.FACTORS)
+    assert json.loads((tmp_path / "coverage_lpac-references.json").read_text())["policies"] \
+        == lpac.REFERENCE_POLICIES
