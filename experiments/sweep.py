@@ -148,6 +148,13 @@ STUDIES: dict[str, Study] = {
                                "selector_info": True},
                 "actor": {"selector_period": 25, "option_ends": True,
                           "selector_input": "own"}}),
+            # added 2026-12-05 after the three above had run: each fitness over twice the
+            # episodes (MERL's own use 10) from half the candidates, so a round's ES costs
+            # the same env steps; the elitist migration compares on the same episodes
+            ("options end, 8 episodes x 16 candidates", {
+                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
+                "actor": {"selector_period": 25, "option_ends": True},
+                "episodes": 8, "es": {"pop_size": 16}}),
         ],
         extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=500_000,
         seeds=(100, 101), feudal=rover_merl.FEUDAL),
