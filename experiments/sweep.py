@@ -149,7 +149,7 @@ STUDIES: dict[str, Study] = {
                 "actor": {"selector_period": 25, "option_ends": True,
                           "selector_input": "own"}}),
             # added 2026-12-05 after the three above had run: each fitness over twice the
-            # episodes (MERL's own use 10) from half the candidates, so a round's ES costs
+            # episodes (MERL's own uses 10) from half the candidates, so a round's ES costs
             # the same env steps; the elitist migration compares on the same episodes
             ("options end, 8 episodes x 16 candidates", {
                 "env_kwargs": {"option_obs": True, "paid_until_observed": True},
