@@ -286,9 +286,9 @@ def _repeat_spread(ours: list[float], peer: list[float] | None) -> str:
 # why one seed's step gains little from a second CPU device at IPPO-FF's 16 env copies
 DATA_PARALLEL_CAUSE = (
     "each device steps 8 of the 16 env copies, and on this CPU a train step over 8 copies "
-    "costs about 70% of one over 16 (the 128-step scan and the 16 minibatch steps are "
-    "sequential: their per-op latency does not shrink with the batch), which bounds 2 "
-    "devices near 1.4x here (section \"MAPPO past one device\")")
+    "costs 50-70% of one over 16 (the 128-step scan and the 16 minibatch steps are "
+    "sequential: their per-op latency does not shrink with the batch), which bounds what "
+    "2 devices gain (`python -m bench.data_parallel`, section \"MAPPO past one device\")")
 
 
 def jaxmarl_rows(doc: dict[str, Any]) -> list[Row]:

@@ -37,7 +37,7 @@ __all__ = ["JaxFunctions", "SeedFunctions", "compile_key", "fused_update", "jax_
 # the config entries that shape the compiled programs (the networks are arguments)
 _SHAPING = ("env", "env_kwargs", "pad_agents", "groups", "team", "others", "mappo", "es",
             "episodes", "deterministic_eval", "mode", "selector_stage_rounds",
-            "data_parallel")
+            "data_parallel", "grad_steps_per_outer")
 
 
 def fused_update(config: TrainerConfig, core: SwarmEnv) -> bool:
@@ -90,6 +90,10 @@ class JaxFunctions:
     # ts -> ts as the host reads it, after a round's steps (a data-parallel step keeps
     # its state on the devices between steps: mappo.data_parallel_step); else the identity
     settle: Callable
+    # ts -> (ts, metrics, skipped), each stacked over the round's grad_steps_per_outer
+    # guarded steps run as one program (mappo.repeated); None where each step is its own
+    # call (the split update, whose pieces are jitted apart)
+    round_steps: Callable | None
     rollouts: Callable  # jitted make_population_rollouts (unsharded, at the config's chunk)
     generation: Callable  # (key, es_state, actor) -> (es_state, info): one ES generation
     # fitness(thetas[P, D], actor, keys[E]) -> [P]: the population's team fitness exactly
@@ -166,12 +170,18 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     gif = eqx.filter_jit(lambda actor, k: episode(
         core, actor, k, True, keep_states=True,
         record=lambda out: {"team_reward": out.team_reward, "metrics": out.metrics}))
-    guarded, settle = ((mappo.make_guarded_train_step(core, mcfg, fused), _same)
-                       if data == 1 else
-                       mappo.data_parallel_step(core, mcfg, jax.devices()[:data]))
+    n = config.grad_steps_per_outer
+    if data == 1:
+        guarded, settle = mappo.make_guarded_train_step(core, mcfg, fused), _same
+        round_steps = eqx.filter_jit(mappo.repeated(mappo.guarded(
+            lambda ts: mappo.fused_train_step(core, ts, mcfg)), n)) if fused and n else None
+    else:
+        guarded, settle = mappo.data_parallel_step(core, mcfg, jax.devices()[:data])
+        round_steps = mappo.data_parallel_step(core, mcfg, jax.devices()[:data],
+                                               repeat=n)[0] if n else None
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
                        mappo.make_train_step(core, mcfg, fused), guarded, settle,
-                       eqx.filter_jit(rollouts), generation, fitness, gif)
+                       round_steps, eqx.filter_jit(rollouts), generation, fitness, gif)
     _CACHE[key] = fns
     return fns
 

@@ -70,6 +70,9 @@ class RoundFns:
       grad_steps: gradient steps per round.
       step: ``learner -> (learner, aux)``, one gradient step; ``None``: the gradient side
         is frozen (no steps).
+      steps: ``learner -> (learner, aux)``: the round's ``grad_steps`` steps in one call,
+        each leaf of ``aux`` stacked over them (a leading axis; one seed's round only);
+        given, the round calls it instead of ``step``; ``None``: one call per step.
       settle: ``learner -> learner`` after the round's gradient steps, before anything
         else reads the learner (a data-parallel step keeps it on its devices between
         steps); ``None``: nothing to do.
@@ -91,13 +94,15 @@ class RoundFns:
     sync_out: Callable[[Any, jax.Array], Any]
     evaluate: Callable[[RoundState], Any] | None = None
     settle: Callable[[Any], Any] | None = None
+    steps: Callable[[Any], tuple[Any, Any]] | None = None
 
 
 def merl_round(fns: RoundFns, state: RoundState, key: Any) -> tuple[RoundState, RoundOut]:
     """One MERL round (Khadka et al. 2019), in this order:
 
-    (a) ``fns.grad_steps`` gradient steps on the learner (dispatched back to back; their
-        outputs are fetched once, after the last; then ``settle``);
+    (a) ``fns.grad_steps`` gradient steps on the learner (dispatched back to back, or
+        ``fns.steps``' one call; their outputs are fetched once, after the last; then
+        ``settle``);
     (b) inject: the ES mean becomes the learner's ES leaves (``sync_in``);
     (c) one ES generation by team fitness from ``key`` (``generation``);
     (d) write back: the evolved mean goes into the learner (``sync_out``);
@@ -112,12 +117,19 @@ def merl_round(fns: RoundFns, state: RoundState, key: Any) -> tuple[RoundState, 
     t0 = time.perf_counter()
     steps: list[Any] = []
     if fns.step is not None:
-        for _ in range(fns.grad_steps):
-            learner, aux = fns.step(learner)
-            steps.append(aux)
+        if fns.steps is not None:
+            learner, stacked = fns.steps(learner)
+        else:
+            for _ in range(fns.grad_steps):
+                learner, aux = fns.step(learner)
+                steps.append(aux)
         if fns.settle is not None:
             learner = fns.settle(learner)
-        steps = jax.device_get(steps)
+        if fns.steps is not None:
+            stacked = jax.device_get(stacked)
+            steps = [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(fns.grad_steps)]
+        else:
+            steps = jax.device_get(steps)
     t1 = time.perf_counter()
     info = None
     if fns.generation is not None:

@@ -90,6 +90,9 @@ class JaxRuntime:
             members_at_once(config, config.es.num_candidates), seeds), self.device,
             host=False)
         self.fns = jax_functions(config, self.core)
+        # a round's guarded steps in one call (JaxFunctions.round_steps), or None: the
+        # round calls guarded_step once per step
+        self.round_steps: Any = self.fns.round_steps
         self.num_agents = self.core.num_agents
         self.skill_names = tuple(self.core.skill_names)
         self.failures: list[dict] = []  # never any: a JAX env cannot fail one member
@@ -179,6 +182,7 @@ class HostRuntime:
     once per run."""
 
     kind = "host"
+    round_steps = None  # a Python collection: every step is its own call
 
     def __init__(self, config: TrainerConfig, env: ResolvedEnv, seeds: int = 1):
         from feudal_es import host

@@ -11,8 +11,9 @@ same collectives, ``psum`` / ``pmean``, on a batch axis):
 
 A subprocess with two CPU devices runs the real ``shard_map`` (its device count is fixed
 when JAX starts): the step equals the ``vmap`` simulation, a one-device "data-parallel"
-step equals the plain step, and a one-seed trainer splits its env copies over both
-devices and resumes bit-exactly; three seeds (which do not divide the two devices) each
+step equals the plain step, two steps as one program (``repeat``, as a round runs them)
+equal two calls, and a one-seed trainer splits its env copies over both devices and
+resumes bit-exactly; three seeds (which do not divide the two devices) each
 split over both devices equal each seed trained alone. Across programs XLA may
 reassociate floats: those comparisons have a stated tolerance; the resume is the same
 program (exact).
@@ -147,6 +148,11 @@ TWO_DEVICES = textwrap.dedent("""
     two = settle2(step2(settle2(two))[0])  # a step from a settled state
     two_again, _, _ = step2(step2(ts)[0])  # and without settling between
     out["settle_between"] = max_diff(settle2(two_again), two)
+    # a round's two steps as one program (repeat): the two steps, metrics stacked
+    step2r, _ = mappo.data_parallel_step(env, CFG, jax.devices(), repeat=2)
+    twice, m_twice, s_twice = step2r(ts)
+    out["repeat_vs_steps"] = max_diff(settle2(twice), settle2(two_again))
+    out["repeat_shapes"] = [list(m_twice["policy_loss"].shape), list(s_twice.shape)]
     two, m2, _ = step2(ts)
     two = settle2(two)
     step1, settle1 = mappo.data_parallel_step(env, CFG, jax.devices()[:1])
@@ -208,6 +214,7 @@ def test_two_devices_split_one_seed():
     assert out["vs_simulation"] < TOL and out["loss_vs_simulation"] < 1e-5
     assert out["learner_on"] == [0] and out["rollout_on"] == [0, 1]
     assert out["settle_between"] == 0.0  # settling moves arrays, it computes nothing
+    assert out["repeat_vs_steps"] < TOL and out["repeat_shapes"] == [[2], [2]]
     assert out["resume_exact"]
     assert out["trainer_rollout_on"] == [0, 1]
     assert out["env_steps"] == 3 * 4 * 10  # rounds x num_envs x num_steps, all devices

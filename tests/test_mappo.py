@@ -412,3 +412,48 @@ def test_short_run_improves_dense_return(env, stepped, train_step):
             late.append(float(dense_return(ts.actor, ts.critic)))
     # measured: before -0.18, last five 1.1-1.8 (random init gets ~0)
     assert np.mean(late) > before + 0.8, (before, late)
+
+
+def test_repeated_steps_are_the_steps_called_in_a_loop():
+    """``mappo.repeated``: a round's guarded steps as one ``lax.scan`` program equal the
+    same steps called one by one (two programs: a stated tolerance), with every metric and
+    the skip flag stacked over the steps; from a NaN critic every step is skipped and the
+    learner comes back bit-identical."""
+    env = Dispersion(num_agents=3, max_steps=12, obs_mode="vec")
+    cfg = dataclasses.replace(CFG, update="fused", epochs=2)
+    actor = FeudalActor.from_env(jax.random.key(1), env, TINY_ACTOR)
+    critic = CentralCritic.from_env(jax.random.key(2), env, TINY_CRITIC)
+    ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, cfg)
+    one = mappo.guarded(lambda t: mappo.fused_train_step(env, t, cfg))
+    step, steps = eqx.filter_jit(one), eqx.filter_jit(mappo.repeated(one, 3))
+    nan_critic = jax.tree.map(lambda x: x * jnp.nan if eqx.is_inexact_array(x) else x,
+                              ts.critic)
+    for start, skip in ((ts, False), (ts._replace(critic=nan_critic), True)):
+        got, metrics, skipped = steps(start)
+        want, rows = start, []
+        for _ in range(3):
+            want, m, s = step(want)
+            rows.append((m, s))
+        assert np.asarray(skipped).tolist() == [bool(s) for _, s in rows] == [skip] * 3
+        assert set(metrics) == set(rows[0][0])
+        for k, v in metrics.items():
+            assert v.shape == (3,), k
+            np.testing.assert_allclose(np.asarray(v), [float(m[k]) for m, _ in rows],
+                                       rtol=1e-3, atol=1e-5, err_msg=k)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):  # integer bits: exact
+                np.testing.assert_array_equal(np.asarray(jax.random.key_data(a)),
+                                              np.asarray(jax.random.key_data(b)))
+            elif jnp.issubdtype(a.dtype, jnp.floating):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+            else:
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        if skip:  # the learner of the input, exactly; the rollout advanced three times
+            for a, b in zip(jax.tree.leaves(mappo.learned(got)),
+                            jax.tree.leaves(mappo.learned(start)), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            assert int(got.env_steps) == int(start.env_steps) + 3 * cfg.batch_size
+        else:  # not vacuous: three updates moved the actor
+            assert int(got.update_step) == 3
+    with pytest.raises(ValueError, match="n >= 1"):
+        mappo.repeated(one, 0)

@@ -131,6 +131,36 @@ def test_trainer_round_is_merl_round(two_rounds, tmp_path):
                               selector_theta(start.learner.actor))  # not vacuous: it moved
 
 
+def test_a_round_with_its_steps_in_one_call_reports_each_step():
+    """``RoundFns.steps`` (a round's gradient steps as one call, outputs stacked) and
+    ``RoundFns.step`` called ``grad_steps`` times give the same learner and the same
+    per-step outputs, in order; the settle hook runs once either way."""
+    import jax.numpy as jnp
+
+    settled = []
+
+    def step(x):
+        return x * 2.0 + 1.0, ({"loss": x + 0.5}, x > 5.0)
+
+    def steps(x):  # three steps, the outputs stacked on a leading axis
+        outs = []
+        for _ in range(3):
+            x, aux = step(x)
+            outs.append(aux)
+        return x, jax.tree.map(lambda *v: jnp.stack(v), *outs)
+
+    base = dict(num_candidates=1, grad_steps=3, step=step, sync_in=None, generation=None,
+                sync_out=None, settle=lambda x: settled.append(1) or x)
+    start = loop.RoundState(jnp.float32(1.0), None)
+    one_by_one, a = loop.merl_round(loop.RoundFns(**base), start, None)
+    at_once, b = loop.merl_round(loop.RoundFns(**base, steps=steps), start, None)
+    assert float(one_by_one.learner) == float(at_once.learner) == 15.0  # 1 -> 3 -> 7 -> 15
+    assert [float(m["loss"]) for m, _ in b.steps] == [1.5, 3.5, 7.5]
+    assert [(float(m["loss"]), bool(s)) for m, s in a.steps] == \
+        [(float(m["loss"]), bool(s)) for m, s in b.steps]
+    assert [bool(s) for _, s in b.steps] == [False, False, True] and settled == [1, 1]
+
+
 def test_merl_coexist_with_the_trainer_pieces_is_the_trainer(two_rounds, tmp_path):
     """The reference loop :func:`feudal_es.es.merl_coexist`, given the trainer's gradient
     step, sync hooks and generation and started from the trainer's ES key, reproduces the

@@ -32,6 +32,7 @@ from feudal_es.mappo.collect import (
     make_guarded_train_step,
     make_rollout,
     make_train_step,
+    repeated,
 )
 from feudal_es.mappo.config import UPDATE_MODES, MAPPOConfig
 from feudal_es.mappo.parallel import (
@@ -76,4 +77,4 @@ __all__ = ["DATA_AXIS", "FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Bat
            "gae", "guarded", "init_learner", "init_rollout", "init_train_state",
            "keep_finite", "learned", "loss", "make_guarded_train_step", "make_optimizers",
            "make_rollout", "make_train_step", "option_skills", "place_train_state",
-           "trainable", "update", "update_fused", "uses_fused_update", "uses_sequences"]
+           "repeated", "trainable", "update", "update_fused", "uses_fused_update", "uses_sequences"]

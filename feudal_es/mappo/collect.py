@@ -28,7 +28,7 @@ from feudal_es.mappo.state import (
 from feudal_es.mappo.update import update, update_fused, uses_fused_update
 
 __all__ = ["agent_reward", "collect", "fused_train_step", "guarded", "make_guarded_train_step",
-           "make_rollout", "make_train_step"]
+           "make_rollout", "make_train_step", "repeated"]
 
 
 def _option_reward(skill_rewards: jax.Array, option: Any) -> jax.Array:
@@ -220,6 +220,27 @@ def guarded(step: Callable[[TrainState], tuple[TrainState, dict]],
         return kept, metrics, skipped
 
     return guarded_step
+
+
+def repeated(step: Callable[[TrainState], tuple[TrainState, dict, jax.Array]], n: int
+             ) -> Callable[[TrainState], tuple[TrainState, dict, jax.Array]]:
+    """``n`` applications of a pure guarded ``step`` (:func:`guarded`) as one ``lax.scan``:
+    ``ts -> (ts, metrics, skipped)``, each metric and ``skipped`` stacked over the ``n``
+    steps (a leading axis). Jitted, a round's gradient steps are one call: on a CPU each
+    call of a small step costs a visible share of it (dispatch, and under a data-parallel
+    ``shard_map`` the devices meeting again), so a round pays it once."""
+    if n < 1:
+        raise ValueError(f"repeated needs n >= 1 steps, got {n}")
+
+    def body(ts: TrainState, _: None) -> tuple[TrainState, tuple[dict, jax.Array]]:
+        ts, metrics, skipped = step(ts)
+        return ts, (metrics, skipped)
+
+    def steps(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        ts, (metrics, skipped) = jax.lax.scan(body, ts, None, length=n)
+        return ts, metrics, skipped
+
+    return steps
 
 
 def make_guarded_train_step(env: SwarmEnv, cfg: MAPPOConfig, fused: bool | None = None

@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 
 from envs.base import SwarmEnv
 from feudal_es.distributed import place
-from feudal_es.mappo.collect import fused_train_step, guarded
+from feudal_es.mappo.collect import fused_train_step, guarded, repeated
 from feudal_es.mappo.config import MAPPOConfig
 from feudal_es.mappo.state import TrainState
 from feudal_es.sharding import SEED_AXIS, to_local
@@ -122,12 +122,15 @@ def _sharded(step: Callable, mesh: Mesh, seeds: bool) -> Callable:
 Step = Callable[[TrainState], tuple[TrainState, dict, jax.Array]]
 
 
-def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device]
+def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.Device],
+                       repeat: int | None = None
                        ) -> tuple[Step, Callable[[TrainState], TrainState]]:
     """``(step, settle)``. ``step(ts) -> (ts, metrics, skipped)``:
     :func:`feudal_es.mappo.fused_train_step` guarded by :func:`feudal_es.mappo.keep_finite`,
     with the ``cfg.num_envs`` copies split over ``devices`` (``data_devices`` of them must
-    fit ``cfg``). ``settle(ts)``: ``ts`` as the host-side code reads it.
+    fit ``cfg``); ``repeat``: that many such steps in one program
+    (:func:`feudal_es.mappo.repeated`: metrics and ``skipped`` stacked over them).
+    ``settle(ts)``: ``ts`` as the host-side code reads it.
 
     ``ts`` may live anywhere. Between steps it stays where the step keeps it (the learner
     replicated over the devices, the rollout split): placing it costs a transfer per leaf,
@@ -139,8 +142,8 @@ def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.De
     devices = list(devices)
     data_devices(cfg, len(devices), len(devices))  # a clear error when they do not fit
     mesh = Mesh(np.array(devices), (DATA_AXIS,))
-    sharded = _sharded(guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS)), mesh,
-                       False)
+    one = guarded(lambda t: fused_train_step(env, t, cfg, DATA_AXIS))
+    sharded = _sharded(one if repeat is None else repeated(one, repeat), mesh, False)
     several = jax.process_count() > 1
 
     def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
