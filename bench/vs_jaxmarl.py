@@ -1,6 +1,6 @@
 """Our MAPPO against JaxMARL's own baselines, on JaxMARL's env, in the same run.
 
-    python -m bench.vs_jaxmarl               # ~14 min on 2 CPU cores
+    python -m bench.vs_jaxmarl               # ~20 min on 2 CPU cores
     python -m bench.vs_jaxmarl --quick       # 0.2M steps a side, a smoke run
     python bench/vs_jaxmarl.py --quick       # the same, run as a file
 
@@ -26,9 +26,13 @@ Both sides train on ``MPE_simple_spread_v3`` (3 agents, 26-step episodes) on thi
    shared actor (``pad_agents``, SuperSuit-style), and JaxMARL's IPPO-FF on it through
    the anchor (which reports why it cannot run there, if it cannot).
 
-The speed comparison of 1. runs ``--repeats`` times (default 2), interleaved (anchor, one
+The speed comparison of 1. runs ``--repeats`` times (default 4), interleaved (anchor, one
 seed, two seeds, anchor, ...), and each side keeps its fastest repeat (all are printed):
-this shared CPU's speed drifts by tens of percent from one minute to the next.
+this shared CPU's speed drifts by tens of percent from one minute to the next, and a
+one-device program (IPPO-FF's, ours with ``data_parallel=1``) uses the second core for
+its larger ops only part of the time (XLA's intra-op threads; at 16 env copies our step
+takes about 39 ms when it does and 55 ms when it does not, switching within a run), so
+fewer repeats can catch a side only in its slow mode.
 
 Units, as the anchor's README gives them: sps = env steps (one transition of one
 vectorised env = 3 agent steps) per second of training, compile excluded (our side: the
@@ -274,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="0.2M env steps a side")
     p.add_argument("--no-anchor", action="store_true", help="our side only")
-    p.add_argument("--repeats", type=int, default=2,
+    p.add_argument("--repeats", type=int, default=4,
                    help="interleaved repeats of the IPPO-FF speed comparison (fastest kept)")
     p.add_argument("--sweep", action="store_true",
                    help="run the SWEEP that chose the best settings (~20 min) and stop")
