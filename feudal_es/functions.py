@@ -175,10 +175,12 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
         guarded, settle = mappo.make_guarded_train_step(core, mcfg, fused), _same
         round_steps = eqx.filter_jit(mappo.repeated(mappo.guarded(
             lambda ts: mappo.fused_train_step(core, ts, mcfg)), n)) if fused and n else None
-    else:
+    else:  # the round's settle is its steps' (it knows what they left on the devices)
         guarded, settle = mappo.data_parallel_step(core, mcfg, jax.devices()[:data])
-        round_steps = mappo.data_parallel_step(core, mcfg, jax.devices()[:data],
-                                               repeat=n)[0] if n else None
+        round_steps = None
+        if n:
+            round_steps, settle = mappo.data_parallel_step(core, mcfg, jax.devices()[:data],
+                                                           repeat=n)
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),
                        mappo.make_train_step(core, mcfg, fused), guarded, settle,
                        round_steps, eqx.filter_jit(rollouts), generation, fitness, gif)

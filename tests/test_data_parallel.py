@@ -149,10 +149,22 @@ TWO_DEVICES = textwrap.dedent("""
     two_again, _, _ = step2(step2(ts)[0])  # and without settling between
     out["settle_between"] = max_diff(settle2(two_again), two)
     # a round's two steps as one program (repeat): the two steps, metrics stacked
-    step2r, _ = mappo.data_parallel_step(env, CFG, jax.devices(), repeat=2)
+    step2r, settle2r = mappo.data_parallel_step(env, CFG, jax.devices(), repeat=2)
     twice, m_twice, s_twice = step2r(ts)
     out["repeat_vs_steps"] = max_diff(settle2(twice), settle2(two_again))
     out["repeat_shapes"] = [list(m_twice["policy_loss"].shape), list(s_twice.shape)]
+    # settled, then changed by the host (as ES writes a selector back): the step reuses
+    # the replicated copies of the unchanged leaves only; fresh copies of every float
+    # leaf (nothing to reuse) give the same step, and the change shows in it
+    settled = settle2r(twice)
+    changed = settled._replace(critic=jax.tree.map(
+        lambda x: x + 1.0 if eqx.is_inexact_array(x) else x, settled.critic))
+    fresh = jax.tree.map(lambda x: jnp.array(x, copy=True) if eqx.is_inexact_array(x)
+                         else x, changed)
+    after_changed = settle2r(step2r(changed)[0])
+    out["reuse_vs_fresh"] = max_diff(after_changed, settle2r(step2r(fresh)[0]))
+    out["reuse_sees_change"] = max_diff(after_changed.critic,
+                                        settle2r(step2r(settled)[0]).critic)
     two, m2, _ = step2(ts)
     two = settle2(two)
     step1, settle1 = mappo.data_parallel_step(env, CFG, jax.devices()[:1])
@@ -215,6 +227,7 @@ def test_two_devices_split_one_seed():
     assert out["learner_on"] == [0] and out["rollout_on"] == [0, 1]
     assert out["settle_between"] == 0.0  # settling moves arrays, it computes nothing
     assert out["repeat_vs_steps"] < TOL and out["repeat_shapes"] == [[2], [2]]
+    assert out["reuse_vs_fresh"] == 0.0 and out["reuse_sees_change"] > 0.1
     assert out["resume_exact"]
     assert out["trainer_rollout_on"] == [0, 1]
     assert out["env_steps"] == 3 * 4 * 10  # rounds x num_envs x num_steps, all devices

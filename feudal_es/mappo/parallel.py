@@ -136,9 +136,12 @@ def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.De
     replicated over the devices, the rollout split): placing it costs a transfer per leaf,
     so a round settles it once, after its steps, not after each. ``settle`` brings the
     learner (actor, critic, optimizer and value norm, key, counters) to this process's
-    first device; the rollout stays split (under ``jax.distributed``, over the processes:
-    :func:`feudal_es.distributed.gather` assembles it). ``metrics`` are the whole swarm's
-    (this process's copy under ``jax.distributed``)."""
+    first device, and remembers where each leaf came from: a leaf the host has not
+    replaced since (a new array is a new object) goes back into ``step`` as the
+    replicated array it was, without a transfer. The rollout stays split (under
+    ``jax.distributed``, over the processes: :func:`feudal_es.distributed.gather`
+    assembles it). ``metrics`` are the whole swarm's (this process's copy under
+    ``jax.distributed``)."""
     devices = list(devices)
     data_devices(cfg, len(devices), len(devices))  # a clear error when they do not fit
     mesh = Mesh(np.array(devices), (DATA_AXIS,))
@@ -146,14 +149,30 @@ def data_parallel_step(env: SwarmEnv, cfg: MAPPOConfig, devices: Sequence[jax.De
     sharded = _sharded(one if repeat is None else repeated(one, repeat), mesh, False)
     several = jax.process_count() > 1
 
+    # the last settle's copies: id(settled copy) -> (that copy, the replicated array)
+    kept: dict[int, tuple[jax.Array, jax.Array]] = {}
+
+    def replicated(x: Any) -> Any:
+        hit = kept.get(id(x))
+        return hit[1] if hit is not None and hit[0] is x else x
+
     def step(ts: TrainState) -> tuple[TrainState, dict, jax.Array]:
+        if kept:  # the leaves unchanged since the last settle: still on every device
+            ts = jax.tree.map(replicated, ts)
         ts, metrics, skipped = sharded(place_train_state(ts, mesh))
         if several:  # the host reads this process's copy
             metrics, skipped = to_local((metrics, skipped))
         return ts, metrics, skipped
 
     def settle(ts: TrainState) -> TrainState:
-        return to_local(ts._replace(rollout=None))._replace(rollout=ts.rollout)
+        learner = ts._replace(rollout=None)
+        local = to_local(learner)
+        kept.clear()
+        for mine, everywhere in zip(jax.tree.leaves(local), jax.tree.leaves(learner),
+                                    strict=True):
+            if mine is not everywhere:
+                kept[id(mine)] = (mine, everywhere)
+        return local._replace(rollout=ts.rollout)
 
     return step, settle
 
