@@ -250,6 +250,19 @@ def test_fused_update_equals_split_update():
                                    err_msg=k)
 
 
+def assert_close_programs(got, want) -> None:
+    """Two train states from two programs: floats within a stated tolerance (XLA may
+    reassociate), key bits and integers exact."""
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):  # integer bits: exact
+            np.testing.assert_array_equal(np.asarray(jax.random.key_data(a)),
+                                          np.asarray(jax.random.key_data(b)))
+        elif jnp.issubdtype(a.dtype, jnp.floating):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+        else:
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.slow  # ~27 s (two compilations of the train step); test_reliability's
 # non-finite tests run the guarded step in make test
 def test_guarded_step_is_the_step_then_keep_finite():
@@ -270,14 +283,7 @@ def test_guarded_step_is_the_step_then_keep_finite():
         after, ref_metrics = plain(start)
         want, want_skipped = keep(start, after, ref_metrics)
         assert bool(skipped) == bool(want_skipped) == skip
-        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-            if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):  # integer bits: exact
-                np.testing.assert_array_equal(np.asarray(jax.random.key_data(a)),
-                                              np.asarray(jax.random.key_data(b)))
-            elif jnp.issubdtype(a.dtype, jnp.floating):
-                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
-            else:
-                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert_close_programs(got, want)
         assert set(metrics) == set(ref_metrics)
         if skip:  # the learner of the input, exactly; the rollout advanced
             for a, b in zip(jax.tree.leaves(mappo.learned(got)),
@@ -440,14 +446,7 @@ def test_repeated_steps_are_the_steps_called_in_a_loop():
             assert v.shape == (3,), k
             np.testing.assert_allclose(np.asarray(v), [float(m[k]) for m, _ in rows],
                                        rtol=1e-3, atol=1e-5, err_msg=k)
-        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-            if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):  # integer bits: exact
-                np.testing.assert_array_equal(np.asarray(jax.random.key_data(a)),
-                                              np.asarray(jax.random.key_data(b)))
-            elif jnp.issubdtype(a.dtype, jnp.floating):
-                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
-            else:
-                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert_close_programs(got, want)
         if skip:  # the learner of the input, exactly; the rollout advanced three times
             for a, b in zip(jax.tree.leaves(mappo.learned(got)),
                             jax.tree.leaves(mappo.learned(start)), strict=True):
