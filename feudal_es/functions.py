@@ -91,8 +91,8 @@ class JaxFunctions:
     # its state on the devices between steps: mappo.data_parallel_step); else the identity
     settle: Callable
     # ts -> (ts, metrics, skipped), each stacked over the round's grad_steps_per_outer
-    # guarded steps run as one program (mappo.repeated); None where each step is its own
-    # call (the split update, whose pieces are jitted apart)
+    # guarded steps run as one program (mappo.repeated); None with one step a round (the
+    # guarded step is that one call) or the split update (its pieces jitted apart)
     round_steps: Callable | None
     rollouts: Callable  # jitted make_population_rollouts (unsharded, at the config's chunk)
     generation: Callable  # (key, es_state, actor) -> (es_state, info): one ES generation
@@ -170,15 +170,15 @@ def jax_functions(config: TrainerConfig, core: SwarmEnv) -> JaxFunctions:
     gif = eqx.filter_jit(lambda actor, k: episode(
         core, actor, k, True, keep_states=True,
         record=lambda out: {"team_reward": out.team_reward, "metrics": out.metrics}))
-    n = config.grad_steps_per_outer
+    n, round_steps = config.grad_steps_per_outer, None
     if data == 1:
         guarded, settle = mappo.make_guarded_train_step(core, mcfg, fused), _same
-        round_steps = eqx.filter_jit(mappo.repeated(mappo.guarded(
-            lambda ts: mappo.fused_train_step(core, ts, mcfg)), n)) if fused and n else None
-    else:  # the round's settle is its steps' (it knows what they left on the devices)
+        if fused and n > 1:
+            round_steps = eqx.filter_jit(mappo.repeated(mappo.guarded(
+                lambda ts: mappo.fused_train_step(core, ts, mcfg)), n))
+    else:
         guarded, settle = mappo.data_parallel_step(core, mcfg, jax.devices()[:data])
-        round_steps = None
-        if n:
+        if n > 1:  # the round's settle is its steps' (it knows what they left placed)
             round_steps, settle = mappo.data_parallel_step(core, mcfg, jax.devices()[:data],
                                                            repeat=n)
     fns = JaxFunctions(eqx.filter_jit(mappo.init_train_state),

@@ -60,21 +60,22 @@ def round_fns(config: TrainerConfig, runtime: Any, batched: SeedFunctions | None
             theta = s.es.mean if migrates else es_theta(s.learner.actor, params)
             return rt.returns(s.learner.actor, theta[None], eval_keys[0], cfg.episodes)
 
-    def step(ts: mappo.TrainState) -> tuple[mappo.TrainState, tuple[dict, jax.Array]]:
-        ts, metrics, skipped = guarded(ts)
-        return ts, (metrics, skipped)
-
     # one seed: the round's steps as one program where the runtime has it
-    many_steps = None if batched is not None else runtime.round_steps
-
-    def steps(ts: mappo.TrainState) -> tuple[mappo.TrainState, tuple[dict, jax.Array]]:
-        ts, metrics, skipped = many_steps(ts)
-        return ts, (metrics, skipped)
-
+    many = None if batched is not None else runtime.round_steps
+    trains = cfg.trains_executor
     return RoundFns(num_candidates=cfg.es.num_candidates,
                     grad_steps=cfg.grad_steps_per_outer,
-                    step=step if cfg.trains_executor else None, settle=settle,
-                    steps=steps if cfg.trains_executor and many_steps is not None else None,
+                    step=_paired(guarded) if trains else None, settle=settle,
+                    steps=_paired(many) if trains and many is not None else None,
                     sync_in=sync_in,
                     generation=generation if cfg.runs_es else None, sync_out=sync_out,
                     evaluate=evaluate)
+
+
+def _paired(step: Any) -> Any:
+    """``ts -> (ts, metrics, skipped)`` as the round's ``ts -> (ts, (metrics, skipped))``."""
+    def paired(ts: mappo.TrainState) -> tuple[mappo.TrainState, tuple[dict, jax.Array]]:
+        ts, metrics, skipped = step(ts)
+        return ts, (metrics, skipped)
+
+    return paired

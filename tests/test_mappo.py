@@ -452,7 +452,10 @@ def test_repeated_steps_are_the_steps_called_in_a_loop():
                             jax.tree.leaves(mappo.learned(start)), strict=True):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
             assert int(got.env_steps) == int(start.env_steps) + 3 * cfg.batch_size
-        else:  # not vacuous: three updates moved the actor
+        else:  # not vacuous: three updates, and they moved the actor
             assert int(got.update_step) == 3
+            assert not all(np.array_equal(a, b) for a, b in zip(
+                jax.tree.leaves(eqx.filter(got.actor, eqx.is_inexact_array)),
+                jax.tree.leaves(eqx.filter(start.actor, eqx.is_inexact_array)), strict=True))
     with pytest.raises(ValueError, match="n >= 1"):
         mappo.repeated(one, 0)

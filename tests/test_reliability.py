@@ -388,9 +388,9 @@ def test_nonfinite_mappo_update_is_skipped_and_training_continues(tmp_path, capl
         return out, metrics
 
     # the trainer's step is the step plus its guard; the injected blow-up goes between
-    # (a Python step: one call per step, not the round's steps as one program)
+    # (TINY takes one step a round: one call of the guarded step, no round_steps program)
     t.runtime.guarded_step = mappo.guarded(blow_up_second, eqx.filter_jit(mappo.keep_finite))
-    t.runtime.round_steps = None
+    assert t.runtime.round_steps is None
     t.fns = t.round_fns()  # the round's functions, chosen again over the patched runtime
     ts, state = t.ts, t.es_state
     with caplog.at_level(logging.WARNING, logger="feudal_es.trainer"):
