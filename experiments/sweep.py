@@ -155,6 +155,22 @@ STUDIES: dict[str, Study] = {
                 "env_kwargs": {"option_obs": True, "paid_until_observed": True},
                 "actor": {"selector_period": 25, "option_ends": True},
                 "episodes": 8, "es": {"pop_size": 16}}),
+            # added 2026-12-05 (second job), aimed at the selector, which the feudal arms
+            # share: a hidden layer; the rover's id and the POIs' flags beside the
+            # embedding (an input MAPPO cannot move); ES's step size on the whole actor
+            ("options end, selector hidden 32", {
+                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
+                "actor": {"selector_period": 25, "option_ends": True,
+                          "selector_hidden": [32]}}),
+            ("options end, selector own input and embedding", {
+                "env_kwargs": {"option_obs": True, "paid_until_observed": True,
+                               "selector_info": True},
+                "actor": {"selector_period": 25, "option_ends": True,
+                          "selector_input": "both"}}),
+            ("options end, ES sigma 0.05", {
+                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
+                "actor": {"selector_period": 25, "option_ends": True},
+                "es": {"sigma": 0.05}}),
         ],
         extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=500_000,
         seeds=(100, 101), feudal=rover_merl.FEUDAL),
