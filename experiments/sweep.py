@@ -155,8 +155,8 @@ STUDIES: dict[str, Study] = {
                 "env_kwargs": {"option_obs": True, "paid_until_observed": True},
                 "actor": {"selector_period": 25, "option_ends": True},
                 "episodes": 8, "es": {"pop_size": 16}}),
-            # added 2026-12-05 (second job), aimed at the selector, which the feudal arms
-            # share: a hidden layer; the rover's id and the POIs' flags beside the
+            # added after the four above had run, aimed at the selector, which the feudal
+            # arms share: a hidden layer; the rover's id and the POIs' flags beside the
             # embedding (an input MAPPO cannot move); ES's step size on the whole actor
             ("options end, selector hidden 32", {
                 "env_kwargs": {"option_obs": True, "paid_until_observed": True},
