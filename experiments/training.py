@@ -98,6 +98,9 @@ def train_arm(config: dict, seeds: Sequence[int], rounds: int, max_steps: int,
     elif not finished:
         trainer.run(on_round=record)  # the rounds left
     train_time = 0.0 if finished else time.perf_counter() - t0
+    if before is not None and not finished:  # the file says what the rows say: a finished
+        atomic_write_text(run_dir / TIMING,  # arm resumed later reports the same seconds
+                          json.dumps({"train_time_s": before + train_time}))
     ret, metrics = trainer.evaluate(jax.random.key(eval_root), eval_episodes)
     total = time.perf_counter() - t0
     spent = None if before is None else round(before + train_time, 2)
