@@ -32,6 +32,10 @@ from experiments.report import RESULTS, read_if_alike, slug, write_json
 from experiments.stats import fmt_ci, summarize
 from experiments.training import SWEEP_SEEDS, VALIDATION_SEED, train_arm
 
+# Rover-v0's options that end (and stop paying) with the option's own row: the base of
+# every later rover_v0 probe
+_OPTIONS_END = {"env_kwargs": {"option_obs": True, "paid_until_observed": True},
+                "actor": {"selector_period": 25, "option_ends": True}}
 SEEDS = SWEEP_SEEDS  # four seeds: two per device on a 2-core CPU
 BUDGET = 250_000  # env steps per run, every arm
 EVAL_EPISODES = 32
@@ -140,37 +144,22 @@ STUDIES: dict[str, Study] = {
         lambda _: rover.base_config(4), rover_merl.MAX_STEPS,
         probes=[
             ("Rover study's settings", {"actor": {"selector_period": 25}}),
-            ("options end", {
-                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
-                "actor": {"selector_period": 25, "option_ends": True}}),
-            ("options end, selector own input", {
-                "env_kwargs": {"option_obs": True, "paid_until_observed": True,
-                               "selector_info": True},
-                "actor": {"selector_period": 25, "option_ends": True,
-                          "selector_input": "own"}}),
-            # added 2026-12-05 after the three above had run: each fitness over twice the
-            # episodes (MERL's own uses 10) from half the candidates, so a round's ES costs
-            # the same env steps; the elitist migration compares on the same episodes
-            ("options end, 8 episodes x 16 candidates", {
-                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
-                "actor": {"selector_period": 25, "option_ends": True},
-                "episodes": 8, "es": {"pop_size": 16}}),
+            ("options end", _OPTIONS_END),
+            ("options end, selector own input", merge(_OPTIONS_END, {
+                "env_kwargs": {"selector_info": True}, "actor": {"selector_input": "own"}})),
+            # added after the three above had run: each fitness over twice the episodes
+            # (MERL's own uses 10) from half the candidates, so a round's ES costs the same
+            # env steps; the elitist migration compares on the same episodes
+            ("options end, 8 episodes x 16 candidates", merge(_OPTIONS_END, {
+                "episodes": 8, "es": {"pop_size": 16}})),
             # added after the four above had run, aimed at the selector, which the feudal
             # arms share: a hidden layer; the rover's id and the POIs' flags beside the
             # embedding (an input MAPPO cannot move); ES's step size on the whole actor
-            ("options end, selector hidden 32", {
-                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
-                "actor": {"selector_period": 25, "option_ends": True,
-                          "selector_hidden": [32]}}),
-            ("options end, selector own input and embedding", {
-                "env_kwargs": {"option_obs": True, "paid_until_observed": True,
-                               "selector_info": True},
-                "actor": {"selector_period": 25, "option_ends": True,
-                          "selector_input": "both"}}),
-            ("options end, ES sigma 0.05", {
-                "env_kwargs": {"option_obs": True, "paid_until_observed": True},
-                "actor": {"selector_period": 25, "option_ends": True},
-                "es": {"sigma": 0.05}}),
+            ("options end, selector hidden 32", merge(_OPTIONS_END, {
+                "actor": {"selector_hidden": [32]}})),
+            ("options end, selector own input and embedding", merge(_OPTIONS_END, {
+                "env_kwargs": {"selector_info": True}, "actor": {"selector_input": "both"}})),
+            ("options end, ES sigma 0.05", merge(_OPTIONS_END, {"es": {"sigma": 0.05}})),
         ],
         extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=500_000,
         seeds=(100, 101), feudal=rover_merl.FEUDAL),
