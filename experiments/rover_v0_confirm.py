@@ -4,7 +4,7 @@ The Rover-v0 study (``python -m experiments.rover_merl --variants v0``, seeds 0-
 its method by the ``rover_v0`` sweep at 40% of its budget, which chose selector-only
 ``merl``; the goal (the method above ``merl``, disjoint 95% CIs) then cannot hold. A check
 on validation seeds at the study's full budget (seeds 100-103, the validation key;
-``experiments/results/sweep-rover_v0-2m_seeds_100_103.md``) picked ``merl_two_stage``, but
+``experiments/results/sweep-rover_v0_2m.md``) picked ``merl_two_stage``, but
 it ran after the study's results were seen. This script tests that choice where nothing
 has been seen: :data:`METHOD` is fixed before it runs, on training seeds
 :data:`SEEDS` (neither the study's 0-9 nor the sweeps' >= 100) and held-out episodes of

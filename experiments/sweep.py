@@ -36,6 +36,9 @@ from experiments.training import SWEEP_SEEDS, VALIDATION_SEED, train_arm
 # every later rover_v0 probe
 _OPTIONS_END = {"env_kwargs": {"option_obs": True, "paid_until_observed": True},
                 "actor": {"selector_period": 25, "option_ends": True}}
+# ... and the rover_v0 sweep's pick: the selector's own input beside the embedding
+_V0_PICK = merge(_OPTIONS_END, {"env_kwargs": {"selector_info": True},
+                                "actor": {"selector_input": "both"}})
 SEEDS = SWEEP_SEEDS  # four seeds: two per device on a 2-core CPU
 BUDGET = 250_000  # env steps per run, every arm
 EVAL_EPISODES = 32
@@ -157,12 +160,28 @@ STUDIES: dict[str, Study] = {
             # embedding (an input MAPPO cannot move); ES's step size on the whole actor
             ("options end, selector hidden 32", merge(_OPTIONS_END, {
                 "actor": {"selector_hidden": [32]}})),
-            ("options end, selector own input and embedding", merge(_OPTIONS_END, {
-                "env_kwargs": {"selector_info": True}, "actor": {"selector_input": "both"}})),
+            ("options end, selector own input and embedding", _V0_PICK),
             ("options end, ES sigma 0.05", merge(_OPTIONS_END, {"es": {"sigma": 0.05}})),
         ],
         extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=500_000,
         seeds=(100, 101), feudal=rover_merl.FEUDAL),
+    # Rover-v0 at the study's own budget, which decides configs/rover_v0.json and the
+    # method from now on: at 40% of it (the sweep above) the feudal variants are alike,
+    # at 2M they part. The base is the rover_v0 sweep's pick; the probes aim at how fast
+    # whole-actor ES moves (its step, its noise, more directions per generation at the
+    # same env steps). Four seeds, two per core.
+    "rover_v0_2m": Study(
+        lambda _: rover.base_config(4), rover_merl.MAX_STEPS,
+        probes=[
+            ("own input and embedding (the rover_v0 sweep's pick)", _V0_PICK),
+            ("own input and embedding, ES lr 0.1", merge(_V0_PICK, {"es": {"lr": 0.1}})),
+            ("own input and embedding, ES sigma 0.2", merge(_V0_PICK, {
+                "es": {"sigma": 0.2}})),
+            ("own input and embedding, 2 episodes x 64 candidates", merge(_V0_PICK, {
+                "episodes": 2, "es": {"pop_size": 64}})),
+        ],
+        extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=2_000_000,
+        seeds=(100, 101, 102, 103), feudal=rover_merl.FEUDAL),
 }
 
 
