@@ -16,9 +16,9 @@ Goals (issue 31, 8 rovers / coupling 4): ES-only <= 0.15 (MERL's EA-only); the m
 within 500k env steps. 12 rovers / coupling 6: the method above every baseline. Rover-v0
 at coupling 4 (``--variants v0``: the feudal variants and ES-only on
 ``configs/rover_v0.json``, the Rover study's settings with the best probe of
-``python -m experiments.sweep rover_v0``): the method there (:data:`METHOD_V0`, that
-sweep's) >= 0.670 (ES-only's at 2M) and above ``merl`` with disjoint CIs, its curve past
-0.5 within 300k env steps.
+``python -m experiments.sweep rover_v0_2m``, at the study's budget): the method there
+(:data:`METHOD_V0`, that sweep's) >= 0.670 (ES-only's at 2M) and above ``merl`` with
+disjoint CIs, its curve past 0.5 within 300k env steps.
 
     python -m experiments.rover_merl [--scale 1.0] [--seeds 0 ... 9] [--variants 8x4 12x6 v0]
         [--keep-earlier]
@@ -50,7 +50,7 @@ METHOD = "merl"
 BASELINES = ("mappo_uniform", "mappo_mixed", "mappo_team", "es")
 ARMS = FEUDAL + BASELINES
 V0_ARMS = (*FEUDAL, "es")  # Rover-v0: the feudal variants against selector-only merl
-METHOD_V0 = "merl"  # the feudal variant `python -m experiments.sweep rover_v0` chose
+METHOD_V0 = "merl_two_stage"  # the feudal variant the rover_v0_2m sweep chose
 VARIANTS = {"8x4": (8, 4), "12x6": (12, 6)}  # MERL's pairings: rovers x coupling
 V0 = "v0"  # the project's Rover-v0 at coupling 4 (configs/rover_v0.json): does the method
 V0_LABEL = "Rover-v0 / coupling 4"  # keep MERL's speed and pass ES-only's 2M level?
@@ -70,8 +70,8 @@ def base_config(rovers: int, coupling: int) -> dict[str, Any]:
 
 
 def v0_config() -> dict[str, Any]:
-    """``configs/rover_v0.json`` (the Rover study's ``configs/rover.json`` with the
-    ``rover_v0`` sweep's best probe) at coupling 4, 8 rovers."""
+    """``configs/rover_v0.json`` (the Rover study's ``configs/rover.json`` with the best
+    probe of the full-budget ``rover_v0_2m`` sweep) at coupling 4, 8 rovers."""
     cfg = load_config("rover_v0")
     cfg["env_kwargs"] = {**cfg.get("env_kwargs", {}), "coupling": 4, "max_steps": MAX_STEPS}
     return cfg

@@ -445,7 +445,7 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
 
 
 @pytest.mark.parametrize("study", ["rover", "discovery", "dispersion", "coverage",
-                                   "rover_merl", "rover_v0"])
+                                   "rover_merl", "rover_v0", "rover_v0_2m"])
 def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
         study, tmp_path, monkeypatch):
     """Each listed probe, for every arm of its study, is a TrainerConfig that differs from
@@ -568,17 +568,25 @@ def test_rover_merl_v0_goals_need_es_only_s_level_and_merl_s_speed(monkeypatch):
 
 
 def test_rover_v0_settings_and_method_are_the_ones_its_sweep_chose():
-    """configs/rover_v0.json is configs/rover.json with the landed rover_v0 sweep's best
-    probe and nothing else; the v0 method is that sweep's; the sweep's arms are the v0
-    variant's, on seeds >= 100."""
+    """configs/rover_v0.json is configs/rover.json with the best probe of the landed
+    full-budget sweep (rover_v0_2m) and nothing else, and the v0 method is that sweep's;
+    that sweep starts from the rover_v0 sweep's best probe; both sweeps' arms are the v0
+    variant's, on seeds >= 100, and the full-budget one runs at the study's budget."""
     from experiments import rover, rover_merl, sweep
 
-    spec = sweep.STUDIES["rover_v0"]
-    assert min(spec.seeds) >= 100 and spec.arms == rover_merl.V0_ARMS
-    landed = json.loads((RESULTS / "sweep-rover_v0.json").read_text())
-    assert landed["method"] == rover_merl.METHOD_V0
-    best = next(p["overrides"] for p in landed["probes"] if p["probe"] == landed["best"])
-    assert rover_merl.v0_config() == merge(rover.base_config(4), best)
+    for name in ("rover_v0", "rover_v0_2m"):
+        spec = sweep.STUDIES[name]
+        assert min(spec.seeds) >= 100 and spec.arms == rover_merl.V0_ARMS
+    full = sweep.STUDIES["rover_v0_2m"]
+    assert full.budget == rover_merl.BUDGET and full.feudal == rover_merl.FEUDAL
+    landed = {n: json.loads((RESULTS / f"sweep-{n}.json").read_text())
+              for n in ("rover_v0", "rover_v0_2m")}
+    best = {n: next(p["overrides"] for p in r["probes"] if p["probe"] == r["best"])
+            for n, r in landed.items()}
+    assert full.probes[0][1] == best["rover_v0"]
+    assert landed["rover_v0_2m"]["env_steps_per_run"] == full.budget
+    assert landed["rover_v0_2m"]["method"] == rover_merl.METHOD_V0
+    assert rover_merl.v0_config() == merge(rover.base_config(4), best["rover_v0_2m"])
 
 
 def test_rover_v0_confirmation_plays_what_no_study_or_sweep_has_seen():
