@@ -1,15 +1,17 @@
 """A confirmation of the Rover-v0 goal on fresh seeds and fresh episodes (issue 31).
 
-The Rover-v0 study (``python -m experiments.rover_merl --variants v0``, seeds 0-9) named
-its method by the ``rover_v0`` sweep at 40% of its budget, which chose selector-only
-``merl``; the goal (the method above ``merl``, disjoint 95% CIs) then cannot hold. A check
-on validation seeds at the study's full budget (seeds 100-103, the validation key;
-``experiments/results/sweep-rover_v0_2m.md``) picked ``merl_two_stage``, but
-it ran after the study's results were seen. This script tests that choice where nothing
-has been seen: :data:`METHOD` is fixed before it runs, on training seeds
-:data:`SEEDS` (neither the study's 0-9 nor the sweeps' >= 100) and held-out episodes of
-their own key :data:`HELDOUT_KEY`, with ``configs/rover_v0.json`` and the study's budget
-and arms unchanged.
+The Rover-v0 study (``python -m experiments.rover_merl --variants v0``, seeds 0-9) names
+its method and setting by a sweep on validation seeds. This script replays the goal where
+no study or sweep has trained or played: :data:`METHOD` (the study's method) on training
+seeds :data:`SEEDS` (neither the study's 0-9 nor the sweeps' >= 100) and held-out
+episodes of their own key :data:`HELDOUT_KEY`, with ``configs/rover_v0.json`` and the
+study's budget and arms unchanged.
+
+Its first run (2026-12-05, ``experiments/results/rover_v0_confirm-2026-12-05.md``) fixed
+``merl_two_stage`` from a full-budget check made after the study had run (the study's
+own method was then ``merl``, chosen at 40% of the budget). The full-budget sweep
+(``python -m experiments.sweep rover_v0_2m``) now chooses the setting and the method
+for both, so the two agree.
 
     python -m experiments.rover_v0_confirm [--out DIR]
 """
@@ -30,6 +32,7 @@ from experiments.rover_merl import (
     EVAL_EPISODES,
     GOAL_V0,
     MAX_STEPS,
+    METHOD_V0,
     V0_ARMS,
     extra,
     v0_config,
@@ -37,7 +40,7 @@ from experiments.rover_merl import (
 from experiments.stats import above, fmt_ci, summarize
 from experiments.training import train_arm
 
-METHOD = "merl_two_stage"  # fixed before this ran: the full-budget validation check's pick
+METHOD = METHOD_V0  # the study's method: the full-budget sweep's pick
 SEEDS = tuple(range(10, 20))  # training seeds no study or sweep has used
 HELDOUT_KEY = 20_261_205  # held-out episodes no study or sweep has played
 NAME = "rover_v0_confirm"

@@ -591,8 +591,8 @@ def test_rover_v0_settings_and_method_are_the_ones_its_sweep_chose():
 
 def test_rover_v0_confirmation_plays_what_no_study_or_sweep_has_seen():
     """The confirmation's seeds and held-out key are disjoint from the studies' seeds and
-    key and from every sweep's seeds and validation key; its method is a feudal variant
-    other than merl (the arm it must beat)."""
+    key and from every sweep's seeds and validation key; its method is the study's, a
+    feudal variant other than merl (the arm it must beat)."""
     from experiments import rover_merl, sweep
     from experiments import rover_v0_confirm as confirm
     from experiments.training import HELDOUT_SEED, SEEDS, VALIDATION_SEED
@@ -600,7 +600,7 @@ def test_rover_v0_confirmation_plays_what_no_study_or_sweep_has_seen():
     assert not set(confirm.SEEDS) & set(SEEDS)
     assert max(confirm.SEEDS) < min(min(s.seeds) for s in sweep.STUDIES.values())
     assert confirm.HELDOUT_KEY not in (HELDOUT_SEED, VALIDATION_SEED)
-    assert confirm.METHOD in rover_merl.FEUDAL and confirm.METHOD != "merl"
+    assert confirm.METHOD == rover_merl.METHOD_V0 != "merl"
     assert len(confirm.SEEDS) == len(SEEDS) == 10
 
 
