@@ -98,9 +98,18 @@ def round_sizes(base: dict, max_steps: int, arms: Sequence[str],
 
 
 def equal_budget(base: dict, max_steps: int, budget: int, arms: Sequence[str] = ABLATION_ARMS,
-                 extra: dict[str, dict] | None = None) -> tuple[int, dict[str, int]]:
-    """Round ``budget`` up to a multiple of every arm's round size; rounds per arm."""
+                 extra: dict[str, dict] | None = None, within_round: bool = False
+                 ) -> tuple[int, dict[str, int]]:
+    """Round ``budget`` up to a multiple of every arm's round size; rounds per arm.
+
+    ``within_round``: each arm instead takes the fewest whole rounds that reach ``budget``
+    (returned as asked), so the arms spend within one round of each other and of it. For
+    settings whose round sizes have a common multiple far above the budget (2 x 64 ES
+    episodes beside a 200-step migration: every 832,000 steps).
+    """
     sizes = round_sizes(base, max_steps, arms, extra)
+    if within_round:
+        return budget, {a: -(-budget // s) for a, s in sizes.items()}
     lcm = math.lcm(*sizes.values())
     budget = max(lcm, -(-budget // lcm) * lcm)
     return budget, {a: budget // s for a, s in sizes.items()}

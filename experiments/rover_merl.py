@@ -159,7 +159,8 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
 def _variant(key: str, arms: tuple[str, ...]) -> Variant:
     if key == V0:  # the feudal variants against ES-only on the project's Rover
         mine = tuple(a for a in V0_ARMS if a in arms)
-        return Variant(V0_LABEL, v0_config(), MAX_STEPS, arms=mine, extra=extra())
+        return Variant(V0_LABEL, v0_config(), MAX_STEPS, arms=mine, extra=extra(),
+                       within_round=True)
     rovers, coupling = VARIANTS[key]
     return Variant(f"{rovers} rovers / coupling {coupling}", base_config(rovers, coupling),
                    MAX_STEPS, arms=arms, extra=extra())

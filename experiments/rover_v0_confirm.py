@@ -51,7 +51,7 @@ def run(out_dir: Path = RESULTS, run_root: Path = Path("runs/experiments")) -> d
     :data:`HELDOUT_KEY`'s episodes; write ``rover_v0_confirm.{json,md}``."""
     clock, base = Timer(), v0_config()
     order = (METHOD, "merl", *(a for a in V0_ARMS if a not in (METHOD, "merl")))
-    spent, rounds = equal_budget(base, MAX_STEPS, BUDGET, V0_ARMS, extra())
+    spent, rounds = equal_budget(base, MAX_STEPS, BUDGET, V0_ARMS, extra(), within_round=True)
     arms: dict[str, Any] = {}
     for arm in order:
         t = Timer()

@@ -39,6 +39,7 @@ _OPTIONS_END = {"env_kwargs": {"option_obs": True, "paid_until_observed": True},
 # ... and the rover_v0 sweep's pick: the selector's own input beside the embedding
 _V0_PICK = merge(_OPTIONS_END, {"env_kwargs": {"selector_info": True},
                                 "actor": {"selector_input": "both"}})
+V0_SWEEP_BUDGET = 2_112_000
 SEEDS = SWEEP_SEEDS  # four seeds: two per device on a 2-core CPU
 BUDGET = 250_000  # env steps per run, every arm
 EVAL_EPISODES = 32
@@ -61,6 +62,7 @@ class Study:
     budget: int = BUDGET
     seeds: tuple[int, ...] = SEEDS
     feudal: tuple[str, ...] = ()  # variants of the method: the best probe's best one wins
+    within_round: bool = False  # arms equal to within one round (see equal_budget)
 
 
 def _coverage_base(run_root: Path) -> dict:
@@ -169,7 +171,9 @@ STUDIES: dict[str, Study] = {
     # method from now on: at 40% of it (the sweep above) the feudal variants are alike,
     # at 2M they part. The base is the rover_v0 sweep's pick; the probes aim at how fast
     # whole-actor ES moves (its step, its noise, more directions per generation at the
-    # same env steps). Four seeds, two per core.
+    # same env steps). Four seeds, two per core. Its budget is the one the earlier v0
+    # studies spent (2M rounded up to whole rounds of 4 x 32 ES episodes); each arm takes
+    # the fewest whole rounds that reach it, as the v0 study does.
     "rover_v0_2m": Study(
         lambda _: rover.base_config(4), rover_merl.MAX_STEPS,
         probes=[
@@ -180,8 +184,8 @@ STUDIES: dict[str, Study] = {
             ("own input and embedding, 2 episodes x 64 candidates", merge(_V0_PICK, {
                 "episodes": 2, "es": {"pop_size": 64}})),
         ],
-        extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=2_000_000,
-        seeds=(100, 101, 102, 103), feudal=rover_merl.FEUDAL),
+        extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=V0_SWEEP_BUDGET,
+        seeds=(100, 101, 102, 103), feudal=rover_merl.FEUDAL, within_round=True),
 }
 
 
@@ -206,7 +210,8 @@ def run(study: str, seeds: Sequence[int] | None = None, budget: int | None = Non
     results, shared = [], spec.base(run_root)
     for name, over in chosen:
         base = merge(shared, over)
-        spent, rounds = equal_budget(base, spec.max_steps, budget, spec.arms, spec.extra)
+        spent, rounds = equal_budget(base, spec.max_steps, budget, spec.arms, spec.extra,
+                                     spec.within_round)
         arms = {}
         for arm in spec.arms:
             t = Timer()

@@ -189,6 +189,12 @@ class Variant:
     extra: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-arm overrides
     references: Callable[[int], dict[str, dict[str, list[float]]]] | None = None
     gif_arms: tuple[str, ...] = ()  # arms whose best seed's final policy is drawn as a GIF
+    within_round: bool = False  # arms equal to within one round (see equal_budget)
+
+    def rounds(self, budget: int) -> tuple[int, dict[str, int]]:
+        """The env-step budget and each arm's rounds (:func:`equal_budget`)."""
+        return equal_budget(self.base, self.max_steps, budget, self.arms, self.extra,
+                            self.within_round)
 
 
 def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
@@ -196,7 +202,8 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
                 log: Callable[[str], None] = print, resume: bool = False) -> dict[str, Any]:
     """Every arm of ``v`` over ``seeds`` at an equal env-step budget, plus its references
     (``resume``: see :func:`train_arm`)."""
-    spent, rounds = equal_budget(v.base, v.max_steps, budget, v.arms, v.extra)
+    spent, rounds = v.rounds(budget)
+    sizes = round_sizes(v.base, v.max_steps, v.arms, v.extra)
     refs = v.references(eval_episodes) if v.references else {}
     runs, gifs = [], {}
     for arm in v.arms:
@@ -218,7 +225,7 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
         runs += rows
         means = [np.mean(r["heldout_team_return"]) for r in rows]
         log(f"  [{study}] {v.label} · {arm}: {rounds[arm]} rounds x {len(seeds)} seeds, "
-            f"{spent} env steps each, held-out team return {np.mean(means):.3f} "
+            f"{rounds[arm] * sizes[arm]} env steps each, held-out team return {np.mean(means):.3f} "
             f"(seeds {min(means):.3f}..{max(means):.3f}), {clock():.0f} s")
         if arm in v.gif_arms and trainer is not None:
             best = int(np.argmax(means))
@@ -228,7 +235,7 @@ def run_variant(study: str, v: Variant, budget: int, seeds: Sequence[int],
     return {"label": v.label, "config": v.base, "arm_overrides": {
                 a: merge(ARMS[a], v.extra.get(a, {})) for a in v.arms},
             "budget_env_steps": spent, "rounds": rounds,
-            "round_env_steps": round_sizes(v.base, v.max_steps, v.arms, v.extra),
+            "round_env_steps": sizes,
             "team_return": {a: summarize([np.mean(r["heldout_team_return"]) for r in runs
                                           if r["arm"] == a]) for a in v.arms},
             metric: {a: summarize([np.mean(r["heldout_" + metric]) for r in runs
@@ -276,7 +283,7 @@ def kept_variants(path: Path, alike: dict[str, Any], variants: Sequence[Variant]
     out = {}
     for v in variants:
         was = old.get("variants", {}).get(v.label)
-        spent, rounds = equal_budget(v.base, v.max_steps, budget, v.arms, v.extra)
+        spent, rounds = v.rounds(budget)
         now = {"config": v.base, "budget_env_steps": spent, "rounds": rounds,
                "arm_overrides": {a: merge(ARMS[a], v.extra.get(a, {})) for a in v.arms}}
         if was and all(was.get(k) == _json(x) for k, x in now.items()):

@@ -96,6 +96,32 @@ def test_equal_budget_counts_mappo_and_es_steps_per_arm():
     assert rounds == {a: budget // s for a, s in sizes.items()}
     assert all(rounds[a] * sizes[a] == budget for a in sizes)
     assert equal_budget(base, 7, 3 * budget + 1)[0] == 4 * budget  # rounded up
+    # within one round: the fewest whole rounds past the budget, each arm on its own
+    asked, near = equal_budget(base, 7, 1000, within_round=True)
+    assert asked == 1000 and near == {"merl": 10, "mappo_uniform": 50, "mappo_fixed": 50,
+                                      "es": 12}
+    assert all(0 <= near[a] * s - 1000 < s for a, s in sizes.items())
+    assert equal_budget(base, 7, 2 * budget, within_round=True) == equal_budget(base, 7,
+                                                                               2 * budget)
+
+
+def test_rover_v0_budget_is_2m_within_one_round():
+    """The v0 setting (2 x 64 ES episodes, a 200-step migration) has round sizes whose
+    common multiple is 832,000 steps: rounded up, 2M would be 2,496,000. The v0 study and
+    the confirmation instead give each arm the fewest whole rounds reaching 2M."""
+    from experiments import rover_merl
+
+    v = rover_merl._variant("v0", rover_merl.V0_ARMS)
+    sizes = round_sizes(v.base, v.max_steps, v.arms, v.extra)
+    assert sizes == {"merl": 4 * 32 * 50 + 64 * 2 * 50, "es": 64 * 2 * 50,
+                     "merl_actor": 4 * 32 * 50 + 64 * 2 * 50 + 2 * 2 * 50,
+                     "merl_two_stage": 4 * 32 * 50 + 64 * 2 * 50 + 2 * 2 * 50}
+    assert equal_budget(v.base, v.max_steps, rover_merl.BUDGET, v.arms, v.extra)[0] \
+        == 3 * 832_000
+    assert v.within_round
+    budget, rounds = v.rounds(rover_merl.BUDGET)
+    assert budget == 2_000_000 and rounds == {"merl": 157, "merl_actor": 154,
+                                              "merl_two_stage": 154, "es": 313}
 
 
 def test_study_budgets_by_hand():
@@ -468,9 +494,12 @@ def test_every_sweep_probe_is_a_valid_config_that_changes_only_what_it_names(
             cfg = TrainerConfig.from_dict(arm_config(probe, arm, spec.extra.get(arm)))
             assert cfg.env == base["env"]
         spent, rounds = equal_budget(probe, spec.max_steps, spec.budget, spec.arms,
-                                     spec.extra)
+                                     spec.extra, spec.within_round)
         sizes = round_sizes(probe, spec.max_steps, spec.arms, spec.extra)
-        assert all(rounds[a] * sizes[a] == spent >= spec.budget for a in spec.arms)
+        if spec.within_round:  # each arm within one round past the budget
+            assert all(0 <= rounds[a] * sizes[a] - spent < sizes[a] for a in spec.arms)
+        else:
+            assert all(rounds[a] * sizes[a] == spent >= spec.budget for a in spec.arms)
 
 
 def test_mpe_peer_falls_back_to_the_anchor_readme_with_a_warning(monkeypatch, capsys):
@@ -571,14 +600,15 @@ def test_rover_v0_settings_and_method_are_the_ones_its_sweep_chose():
     """configs/rover_v0.json is configs/rover.json with the best probe of the landed
     full-budget sweep (rover_v0_2m) and nothing else, and the v0 method is that sweep's;
     that sweep starts from the rover_v0 sweep's best probe; both sweeps' arms are the v0
-    variant's, on seeds >= 100, and the full-budget one runs at the study's budget."""
+    variant's, on seeds >= 100, and the full-budget one runs at the 2,112,000 env steps
+    of the earlier v0 studies, each arm within one round of it."""
     from experiments import rover, rover_merl, sweep
 
     for name in ("rover_v0", "rover_v0_2m"):
         spec = sweep.STUDIES[name]
         assert min(spec.seeds) >= 100 and spec.arms == rover_merl.V0_ARMS
     full = sweep.STUDIES["rover_v0_2m"]
-    assert full.budget == rover_merl.BUDGET and full.feudal == rover_merl.FEUDAL
+    assert full.budget == 2_112_000 and full.within_round and full.feudal == rover_merl.FEUDAL
     landed = {n: json.loads((RESULTS / f"sweep-{n}.json").read_text())
               for n in ("rover_v0", "rover_v0_2m")}
     best = {n: next(p["overrides"] for p in r["probes"] if p["probe"] == r["best"])
