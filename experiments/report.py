@@ -105,7 +105,11 @@ def markdown(report: dict, metric_label: str) -> str:
 
     for label, v in report["variants"].items():
         for a, s in v["team_return"].items():
-            lines.append(f"| {label} | {v['budget_env_steps']:,} | {ARM_LABELS[a]} | "
+            # each arm's own steps: its rounds x round size (the budget itself, unless
+            # the arms were equalized within one round)
+            steps = v["rounds"][a] * v["round_env_steps"][a] if "round_env_steps" in v \
+                else v["budget_env_steps"]
+            lines.append(f"| {label} | {steps:,} | {ARM_LABELS[a]} | "
                          f"{v['rounds'][a]} | {cells(s, v.get(metric, {}).get(a))}")
         for n, d in v["references"].items():
             lines.append(f"| {label} | - | {n} (reference) | - | "
