@@ -106,22 +106,26 @@ def test_equal_budget_counts_mappo_and_es_steps_per_arm():
 
 
 def test_rover_v0_budget_is_2m_within_one_round():
-    """The v0 setting (2 x 64 ES episodes, a 200-step migration) has round sizes whose
-    common multiple is 832,000 steps: rounded up, 2M would be 2,496,000. The v0 study and
-    the confirmation instead give each arm the fewest whole rounds reaching 2M."""
+    """With 2 x 64 ES episodes (a rover_v0_2m probe) the v0 arms' round sizes have a
+    common multiple of 832,000 steps: rounded up, 2M would be 2,496,000. The v0 study
+    and the confirmation instead give each arm the fewest whole rounds reaching 2M."""
     from experiments import rover_merl
 
     v = rover_merl._variant("v0", rover_merl.V0_ARMS)
-    sizes = round_sizes(v.base, v.max_steps, v.arms, v.extra)
+    assert v.within_round
+    probe = merge(v.base, {"episodes": 2, "es": {"pop_size": 32 * 2}})
+    sizes = round_sizes(probe, v.max_steps, v.arms, v.extra)
     assert sizes == {"merl": 4 * 32 * 50 + 64 * 2 * 50, "es": 64 * 2 * 50,
                      "merl_actor": 4 * 32 * 50 + 64 * 2 * 50 + 2 * 2 * 50,
                      "merl_two_stage": 4 * 32 * 50 + 64 * 2 * 50 + 2 * 2 * 50}
-    assert equal_budget(v.base, v.max_steps, rover_merl.BUDGET, v.arms, v.extra)[0] \
+    assert equal_budget(probe, v.max_steps, rover_merl.BUDGET, v.arms, v.extra)[0] \
         == 3 * 832_000
-    assert v.within_round
-    budget, rounds = v.rounds(rover_merl.BUDGET)
-    assert budget == 2_000_000 and rounds == {"merl": 157, "merl_actor": 154,
-                                              "merl_two_stage": 154, "es": 313}
+    assert equal_budget(probe, v.max_steps, rover_merl.BUDGET, v.arms, v.extra, True) \
+        == (2_000_000, {"merl": 157, "merl_actor": 154, "merl_two_stage": 154, "es": 313})
+    budget, rounds = v.rounds(rover_merl.BUDGET)  # the study's own setting
+    sizes = round_sizes(v.base, v.max_steps, v.arms, v.extra)
+    assert budget == 2_000_000
+    assert all(0 <= rounds[a] * sizes[a] - budget < sizes[a] for a in v.arms)
 
 
 def test_study_budgets_by_hand():
