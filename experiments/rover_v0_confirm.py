@@ -80,14 +80,15 @@ def markdown(report: dict) -> str:
     """The confirmation as a table and its one goal."""
     lines = [f"# {report['study']}", "",
              f"Seeds {report['seeds']}, {report['eval_episodes']} held-out episodes of key "
-             f"{report['heldout_seed']}, {report['env_steps_per_run']:,} env steps per run; "
+             f"{report['heldout_seed']}, {report['env_steps_per_run']:,} env steps per run "
+             f"(each arm the fewest whole rounds that reach it); "
              f"the method fixed before the run: `{report['method']}`. Wall time "
              f"{report['wall_time_s'] / 60:.1f} min.", "",
-             "| arm | team reward | seeds | held-out episodes at 0 / 1/4 / 1/2 / 3/4 / all |",
-             "|---|---|---|---|"]
+             "| arm | rounds | team reward | seeds | held-out episodes at 0 / 1/4 / 1/2 / 3/4 "
+             "/ all |", "|---|---|---|---|---|"]
     for arm, s in report["arms"].items():
         shares = " / ".join(f"{100 * v:.0f}%" for v in s["episodes_at"].values())
-        lines.append(f"| {arm} | {fmt_ci(s['mean'], s['ci95'])} | "
+        lines.append(f"| {arm} | {s['rounds']} | {fmt_ci(s['mean'], s['ci95'])} | "
                      f"{min(s['per_seed']):.3f}-{max(s['per_seed']):.3f} | {shares} |")
     lines += ["", f"Goal: {report['goal']}: **{'met' if report['met'] else 'not met'}**."]
     return "\n".join(lines) + "\n"
