@@ -146,8 +146,8 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     arms = tuple(arms)
     if not set(arms) <= set(ARMS):
         raise ValueError(f"arms must be among {ARMS}, got {arms}")
-    vs = [_variant(k, arms) for k in variants]
-    keep = [_variant(k, arms) for k in (*VARIANTS, V0) if k not in variants] \
+    vs = [variant(k, arms) for k in variants]
+    keep = [variant(k, arms) for k in (*VARIANTS, V0) if k not in variants] \
         if keep_earlier else []
     report = compare_arms("rover_merl", vs, int(BUDGET * scale), seeds, eval_episodes,
                           metric="observed_frac", out_dir=out_dir, run_root=run_root,
@@ -156,7 +156,9 @@ def run(scale: float = 1.0, seeds: tuple[int, ...] = SEEDS, out_dir: Path = RESU
     return report
 
 
-def _variant(key: str, arms: tuple[str, ...]) -> Variant:
+def variant(key: str, arms: tuple[str, ...]) -> Variant:
+    """The study's setting ``key`` (``"8x4"``, ``"12x6"`` or :data:`V0`) over ``arms``
+    (Rover-v0 keeps only its own arms among them)."""
     if key == V0:  # the feudal variants against ES-only on the project's Rover
         mine = tuple(a for a in V0_ARMS if a in arms)
         return Variant(V0_LABEL, v0_config(), MAX_STEPS, arms=mine, extra=extra(),

@@ -24,18 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from experiments.arms import arm_config, equal_budget
+from experiments.arms import arm_config
 from experiments.machine import Timer, machine_note
 from experiments.report import RESULTS, write_json
 from experiments.rover_merl import (
     BUDGET,
     EVAL_EPISODES,
     GOAL_V0,
-    MAX_STEPS,
     METHOD_V0,
+    V0,
     V0_ARMS,
-    extra,
-    v0_config,
+    variant,
 )
 from experiments.stats import above, fmt_ci, summarize
 from experiments.training import train_arm
@@ -49,14 +48,14 @@ NAME = "rover_v0_confirm"
 def run(out_dir: Path = RESULTS, run_root: Path = Path("runs/experiments")) -> dict[str, Any]:
     """Train the v0 arms (the method and ``merl`` first) on :data:`SEEDS`, play
     :data:`HELDOUT_KEY`'s episodes; write ``rover_v0_confirm.{json,md}``."""
-    clock, base = Timer(), v0_config()
-    order = (METHOD, "merl", *(a for a in V0_ARMS if a not in (METHOD, "merl")))
-    spent, rounds = equal_budget(base, MAX_STEPS, BUDGET, V0_ARMS, extra(), within_round=True)
+    clock, v = Timer(), variant(V0, V0_ARMS)  # the study's setting, arms and budget rule
+    order = (METHOD, "merl", *(a for a in v.arms if a not in (METHOD, "merl")))
+    spent, rounds = v.rounds(BUDGET)
     arms: dict[str, Any] = {}
     for arm in order:
         t = Timer()
-        rows, _ = train_arm(arm_config(base, arm, extra().get(arm)), SEEDS, rounds[arm],
-                            MAX_STEPS, EVAL_EPISODES, run_root / NAME / arm, arm=arm,
+        rows, _ = train_arm(arm_config(v.base, arm, v.extra.get(arm)), SEEDS, rounds[arm],
+                            v.max_steps, EVAL_EPISODES, run_root / NAME / arm, arm=arm,
                             eval_root=HELDOUT_KEY)
         per_episode = np.concatenate([r["heldout_team_return"] for r in rows])
         arms[arm] = {**summarize([np.mean(r["heldout_team_return"]) for r in rows]),
@@ -68,7 +67,7 @@ def run(out_dir: Path = RESULTS, run_root: Path = Path("runs/experiments")) -> d
     met = bool(arms[METHOD]["mean"] >= GOAL_V0 and above(arms[METHOD], arms["merl"]))
     report = {"study": NAME, "method": METHOD, "seeds": list(SEEDS),
               "heldout_seed": HELDOUT_KEY, "eval_episodes": EVAL_EPISODES,
-              "env_steps_per_run": spent, "config": base, "arms": arms,
+              "env_steps_per_run": spent, "config": v.base, "arms": arms,
               "goal": f"{METHOD} >= {GOAL_V0} and above merl, disjoint 95% CIs",
               "met": met, "wall_time_s": round(clock(), 1), "machine": machine_note()}
     write_json(out_dir / f"{NAME}.json", report)

@@ -111,7 +111,7 @@ def test_rover_v0_budget_is_2m_within_one_round():
     and the confirmation instead give each arm the fewest whole rounds reaching 2M."""
     from experiments import rover_merl
 
-    v = rover_merl._variant("v0", rover_merl.V0_ARMS)
+    v = rover_merl.variant("v0", rover_merl.V0_ARMS)
     assert v.within_round
     probe = merge(v.base, {"episodes": 2, "es": {"pop_size": 32 * 2}})
     sizes = round_sizes(probe, v.max_steps, v.arms, v.extra)
@@ -596,7 +596,7 @@ def test_rover_merl_v0_goals_need_es_only_s_level_and_merl_s_speed(monkeypatch):
     report = _report({rover_merl.V0_LABEL: arms}, 1.0)
     report["variants"][rover_merl.V0_LABEL]["runs"] = v["runs"]
     assert not rover_merl.goals(report)[0]["met"]
-    assert rover_merl._variant("v0", rover_merl.ARMS).arms == (
+    assert rover_merl.variant("v0", rover_merl.ARMS).arms == (
         "merl", "merl_actor", "merl_two_stage", "es")
 
 
@@ -636,6 +636,13 @@ def test_rover_v0_confirmation_plays_what_no_study_or_sweep_has_seen():
     assert confirm.HELDOUT_KEY not in (HELDOUT_SEED, VALIDATION_SEED)
     assert confirm.METHOD == rover_merl.METHOD_V0 != "merl"
     assert len(confirm.SEEDS) == len(SEEDS) == 10
+    # the landed confirmation ran what the study runs now: config, method, rounds
+    landed = json.loads((RESULTS / "rover_v0_confirm.json").read_text())
+    v = rover_merl.variant(rover_merl.V0, rover_merl.V0_ARMS)
+    spent, rounds = v.rounds(rover_merl.BUDGET)
+    assert landed["config"] == json.loads(json.dumps(v.base))
+    assert landed["method"] == confirm.METHOD and landed["env_steps_per_run"] == spent
+    assert {a: s["rounds"] for a, s in landed["arms"].items()} == rounds
 
 
 def test_rover_merl_method_is_the_one_its_sweep_chose():
@@ -720,7 +727,7 @@ def test_an_earlier_job_s_variant_is_kept_only_when_run_alike(tmp_path):
     from experiments import rover_merl
     from experiments.training import kept_variants
 
-    v84 = rover_merl._variant("8x4", rover_merl.ARMS)
+    v84 = rover_merl.variant("8x4", rover_merl.ARMS)
     budget = rover_merl.BUDGET
     spent, rounds = equal_budget(v84.base, v84.max_steps, budget, v84.arms, v84.extra)
     alike = {"study": "rover_merl", "seeds": [0, 1], "eval_episodes": 64,
