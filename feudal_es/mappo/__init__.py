@@ -62,6 +62,7 @@ from feudal_es.mappo.state import (
 )
 from feudal_es.mappo.update import (
     FUSED_MAX_CONV_MACS,
+    anchor_distance,
     conv_macs,
     gae,
     loss,
@@ -72,6 +73,7 @@ from feudal_es.mappo.update import (
 
 __all__ = ["DATA_AXIS", "FUSED_MAX_CONV_MACS", "LOSS_KEYS", "UPDATE_MODES", "Batch",
            "Learned", "MAPPOConfig", "RolloutState", "TrainState", "ValueNorm", "all_finite",
+           "anchor_distance",
            "collect", "conv_macs", "data_devices", "data_parallel_seeds_step",
            "data_parallel_step", "fused_train_step",
            "gae", "guarded", "init_learner", "init_rollout", "init_train_state",

@@ -56,6 +56,11 @@ class MAPPOConfig:
     # num_steps; minibatches split the num_envs * num_steps / sequence_length sequences.
     # Ignored when both are feed-forward
     sequence_length: int = 0
+    # L2-SP anchor (Li, Grandvalet & Davoine 2018): the loss adds anchor_coef / 2 times the
+    # squared distance of the executor's leaves from where the run started them (a
+    # pretrained executor with TrainerConfig.init_from), a trust region that keeps
+    # fine-tuning near the imitation however long it runs; 0 = none (no anchor is stored)
+    anchor_coef: float = 0.0
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -63,7 +68,7 @@ class MAPPOConfig:
             check_number(f"{c}.{name}", getattr(self, name), low=0.0, low_open=True)
         for name in ("gamma", "gae_lambda", "option_exploration"):
             check_number(f"{c}.{name}", getattr(self, name), low=0.0, high=1.0)
-        for name in ("value_clip_eps", "huber_delta", "ent_coef", "vf_coef"):
+        for name in ("value_clip_eps", "huber_delta", "ent_coef", "vf_coef", "anchor_coef"):
             check_number(f"{c}.{name}", getattr(self, name), low=0.0)
         for name in ("epochs", "minibatches", "num_envs", "num_steps", "anneal_updates"):
             check_int(f"{c}.{name}", getattr(self, name), 1)

@@ -87,6 +87,10 @@ class TrainState(NamedTuple):
     key: jax.Array
     update_step: jax.Array  # [] int32 train steps done
     env_steps: jax.Array  # [] int32 swarm steps collected (one per env copy and step)
+    # the executor's leaves as the run started them (``trainable(actor)[0]``), which the
+    # L2-SP term of the loss pulls toward (MAPPOConfig.anchor_coef); None without one, so
+    # a run without an anchor stores nothing more
+    anchor: Any = None
 
 
 class Learned(NamedTuple):
@@ -189,7 +193,8 @@ def make_optimizers(cfg: MAPPOConfig) -> tuple[optax.GradientTransformation, ...
 
 def init_learner(key: jax.Array, actor: FeudalActor, critic: CentralCritic,
                  cfg: MAPPOConfig, rollout: RolloutState | None = None) -> TrainState:
-    """A fresh :class:`TrainState` (optimizer state for executor leaves and critic only)."""
+    """A fresh :class:`TrainState` (optimizer state for executor leaves and critic only;
+    with ``cfg.anchor_coef`` the executor's leaves as the anchor)."""
     actor_tx, critic_tx = make_optimizers(cfg)
     params, _ = trainable(actor)
     return TrainState(
@@ -202,6 +207,7 @@ def init_learner(key: jax.Array, actor: FeudalActor, critic: CentralCritic,
         key=key,
         update_step=jnp.zeros((), jnp.int32),
         env_steps=jnp.zeros((), jnp.int32),
+        anchor=params if cfg.anchor_coef > 0 else None,
     )
 
 

@@ -24,8 +24,8 @@ from feudal_es.mappo.state import (
     uses_sequences,
 )
 
-__all__ = ["FUSED_MAX_CONV_MACS", "conv_macs", "gae", "loss", "update", "update_fused",
-           "uses_fused_update"]
+__all__ = ["FUSED_MAX_CONV_MACS", "anchor_distance", "conv_macs", "gae", "loss", "update",
+           "update_fused", "uses_fused_update"]
 
 
 def gae(reward: jax.Array, value: jax.Array, done: jax.Array, last_value: jax.Array,
@@ -68,10 +68,19 @@ def _value_loss(err: jax.Array, delta: float) -> jax.Array:
     return 0.5 * err**2
 
 
-def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOConfig
-         ) -> tuple[jax.Array, dict[str, jax.Array]]:
+def anchor_distance(params: Any, anchor: Any) -> jax.Array:
+    """Squared Euclidean distance between two executors' leaves (``trainable(actor)[0]``
+    of one architecture): what the L2-SP term weighs (``MAPPOConfig.anchor_coef``)."""
+    pairs = zip(jax.tree.leaves(params), jax.tree.leaves(anchor), strict=True)
+    return sum((jnp.sum(jnp.square(p - a)) for p, a in pairs), jnp.zeros(()))
+
+
+def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOConfig,
+         anchor: Any = None) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped-PPO loss of a minibatch ``mb``: ``(total, stats)``. ``params`` are the
-    (executor, critic) leaves being differentiated, ``rest`` their complements."""
+    (executor, critic) leaves being differentiated, ``rest`` their complements; with an
+    ``anchor`` (``TrainState.anchor``) the total adds ``cfg.anchor_coef / 2`` times the
+    executor's squared distance from it (stat ``anchor_distance``)."""
     actor_params, critic_params = params
     actor = eqx.combine(actor_params, rest[0])
     critic = eqx.combine(critic_params, rest[1])
@@ -111,6 +120,10 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
     value_loss = _masked_mean(value_loss, mask)
 
     total = policy_loss - cfg.ent_coef * entropy_mean + cfg.vf_coef * value_loss
+    extra = {}
+    if anchor is not None:
+        extra["anchor_distance"] = anchor_distance(actor_params, anchor)
+        total = total + 0.5 * cfg.anchor_coef * extra["anchor_distance"]
     stats = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
@@ -118,6 +131,7 @@ def loss(params: tuple[Any, Any], rest: tuple[Any, Any], mb: dict, cfg: MAPPOCon
         "approx_kl": _masked_mean((ratio - 1.0) - log_ratio, mask),
         "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > cfg.clip_eps).astype(jnp.float32),
                                       mask),
+        **extra,
     }
     return total, stats
 
@@ -224,7 +238,7 @@ def _minibatch_step(ts: TrainState, data: dict, idx: jax.Array, cfg: MAPPOConfig
     else:
         mb = jax.tree.map(lambda x: x[idx], data)
     grads, stats = jax.grad(loss, has_aux=True)(
-        (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg)
+        (actor_params, critic_params), (actor_rest, critic_rest), mb, cfg, ts.anchor)
     if axis is not None:  # one all-reduce of one flat vector, not one per leaf
         flat, unflatten = jax.flatten_util.ravel_pytree((grads, stats))
         grads, stats = unflatten(jax.lax.pmean(flat, axis))
