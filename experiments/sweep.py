@@ -119,6 +119,16 @@ STUDIES: dict[str, Study] = {
                                                   "actor": {"selector_period": 8}}),
             ("actor lr 3e-4, selector period 20", {"mappo": {"lr": 3e-4},
                                                    "actor": {"selector_period": 20}}),
+            # added after the four above had run (issue 32): an L2-SP anchor to the
+            # imitator (MAPPOConfig.anchor_coef) at the chosen lr and period. Unanchored,
+            # fine-tuning drifts to a squared distance of ~8.6 from the imitator over this
+            # budget with gradient norms ~1.3 (one calibration run at seed 100): 1 holds
+            # it near distance 1, 0.1 only slows it. They run beside the probe above
+            # rerun on one machine with one imitator (see the README's Coverage sweep)
+            ("actor lr 3e-4, selector period 20, anchor 0.1", {
+                "mappo": {"lr": 3e-4, "anchor_coef": 0.1}, "actor": {"selector_period": 20}}),
+            ("actor lr 3e-4, selector period 20, anchor 1", {
+                "mappo": {"lr": 3e-4, "anchor_coef": 1.0}, "actor": {"selector_period": 20}}),
         ],
         extra={"mappo_fixed": {"actor": {"fixed_option": coverage.COVER}}},
         arms=coverage.ARMS, budget=40_000, feudal=coverage.ARMS),
@@ -225,7 +235,8 @@ def run(study: str, seeds: Sequence[int] | None = None, budget: int | None = Non
                   f"± {arms[arm]['ci95']:.3f} ({arms[arm]['seconds']:.0f} s)", flush=True)
         results.append({"probe": name, "overrides": over, "env_steps": spent,
                         "arms": arms, "score": float(np.mean([a["mean"]
-                                                              for a in arms.values()]))})
+                                                              for a in arms.values()])),
+                        "cpu": machine_note()["cpu"]})
     alike = {"study": study, "seeds": list(seeds), "env_steps_per_run": budget,
              "eval_episodes": eval_episodes, "validation_seed": VALIDATION_SEED}
     earlier = _earlier(out_dir / f"sweep-{study}.json", alike, [r["probe"] for r in results],
@@ -253,7 +264,9 @@ def _earlier(path: Path, alike: dict, now: list[str], listed: list[str]) -> list
     old = read_if_alike(path, alike)
     if old is None:
         return []
-    return [r for r in old.get("probes", []) if r["probe"] not in now and r["probe"] in listed]
+    cpu = old.get("machine", {}).get("cpu", "not recorded")  # where a row without one ran
+    return [{**r, "cpu": r.get("cpu", cpu)} for r in old.get("probes", [])
+            if r["probe"] not in now and r["probe"] in listed]
 
 
 def markdown(report: dict) -> str:
@@ -274,6 +287,10 @@ def markdown(report: dict) -> str:
     for p in report["probes"]:
         cells = [fmt_ci(p["arms"][a]["mean"], p["arms"][a]["ci95"]) for a in arms]
         lines.append(f"| {p['probe']} | " + " | ".join(cells) + f" | {p['score']:.3f} |")
+    cpus = {p.get("cpu") for p in report["probes"]}
+    if len(cpus) > 1:  # probes joined from jobs on other machines: say which ran where
+        lines += ["", "Machines: " + "; ".join(
+            f"{p['probe']}: {p.get('cpu', 'not recorded')}" for p in report["probes"]) + "."]
     return "\n".join(lines) + "\n"
 
 

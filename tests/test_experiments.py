@@ -458,14 +458,21 @@ def test_sweep_trains_every_arm_of_every_probe_alike_and_ranks_by_the_arms_mean(
     md = (tmp_path / "sweep-rover.md").read_text()
     assert f"| {b} | 0.505 ± 0.064 |" in md
     assert json.loads((tmp_path / "sweep-rover.json").read_text())["best"] == b
-    # a later job of one probe joins the report run alike, and the ranking spans both
+    assert "Machines:" not in md  # one job, one machine
+    # a later job of one probe (on another machine) joins the report run alike, and the
+    # ranking spans both; each row says where it ran
     value[a] = 0.6
+    first_cpu = report["machine"]["cpu"]
+    monkeypatch.setattr(sweep, "machine_note", lambda: {**report["machine"], "cpu": "Other"})
     later = sweep.run("rover", seeds=(100, 101), budget=50_000, eval_episodes=4,
                       out_dir=tmp_path, run_root=tmp_path / "runs", probes=[a])
     assert [p["probe"] for p in later["probes"]] == [b, a] and later["best"] == a
     assert later["probes"][0] == report["probes"][1] and later["earlier_probes"] == [b]
+    assert [p["cpu"] for p in later["probes"]] == [first_cpu, "Other"]
     assert later["wall_time_s"] >= report["wall_time_s"]
-    assert "(two jobs; the earlier ran " + b in (tmp_path / "sweep-rover.md").read_text()
+    md = (tmp_path / "sweep-rover.md").read_text()
+    assert "(two jobs; the earlier ran " + b in md
+    assert f"Machines: {b}: {first_cpu}; {a}: Other." in md
     # ... but not a report of other seeds: it is replaced
     other = sweep.run("rover", seeds=(102, 103), budget=50_000, eval_episodes=4,
                       out_dir=tmp_path, run_root=tmp_path / "runs", probes=[a])
