@@ -43,7 +43,7 @@ COVER = 1  # Coverage's skill_names.index("cover")
 ARMS = ("merl", "mappo_uniform", "mappo_fixed", "es_selector")
 # the fine-tuning arm the goals test: the best validation mean at the best probe of
 # `python -m experiments.sweep coverage` (experiments/results/sweep-coverage.json)
-METHOD = "mappo_fixed"
+METHOD = "merl"
 # the folder beside the run roots (runs/imitators) that keeps the imitator every arm starts
 # from, named by a digest of its inputs (:func:`pretrain`)
 IMITATORS = "imitators"

@@ -64,11 +64,16 @@ def shards(tree, d: int, axis: int):
     return jax.tree.map(one, tree)
 
 
-def test_sharded_update_equals_the_update_of_the_whole_batch(setup):
+@pytest.mark.parametrize("anchored", [False, True])
+def test_sharded_update_equals_the_update_of_the_whole_batch(setup, anchored):
     """One epoch, one minibatch (every sample, so the shuffle cannot matter): the update of
-    two shards with averaged gradients == the update of their union on one device."""
+    two shards with averaged gradients == the update of their union on one device; also
+    with an L2-SP anchor away from the executor (its term is the same on every shard)."""
     env, ts = setup
-    cfg = CFG.__class__(**{**CFG.__dict__, "epochs": 1, "minibatches": 1})
+    cfg = CFG.__class__(**{**CFG.__dict__, "epochs": 1, "minibatches": 1,
+                           "anchor_coef": 0.5 if anchored else 0.0})
+    if anchored:
+        ts = ts._replace(anchor=jax.tree.map(lambda x: x + 0.1, mappo.trainable(ts.actor)[0]))
     ts, batch, _ = jax.jit(lambda t: mappo.collect(env, t, cfg))(ts)
     whole, m_whole = jax.jit(lambda t, b: mappo.update_fused(t, b, cfg))(ts, batch)
     d = 2
