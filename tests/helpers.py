@@ -75,6 +75,18 @@ def leaves(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
 
 
+def loss_minibatch(batch, key: jax.Array) -> dict:
+    """A ``mappo.loss`` minibatch of every sample of a collected ``batch`` (``[T, E, ...]``
+    flattened to ``[T * E, ...]``), with standard-normal advantages drawn from ``key`` and
+    value targets one above the batch's values: a loss whose every term has a gradient."""
+    data = {"obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
+            "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
+            "value": batch.value, "alive": batch.alive,
+            "advantage": jax.random.normal(key, batch.reward.shape),
+            "target": batch.value + 1.0}
+    return jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), data)
+
+
 def _key_data(x):
     if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         return jax.random.key_data(x)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import leaves, loss_minibatch
 
 from agents import ActorConfig, CentralCritic, CriticConfig, FeudalActor, executor_filter
 from envs.dispersion import Dispersion
@@ -36,10 +37,6 @@ def start():
     ts = mappo.init_train_state(jax.random.key(3), env, actor, critic, cfg)
     ts, batch, _ = jax.jit(lambda t: mappo.collect(env, t, cfg))(ts)
     return env, ts, batch
-
-
-def _leaves(tree) -> list[np.ndarray]:
-    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_inexact_array))]
 
 
 def test_config_checks_the_coefficient():
@@ -72,12 +69,7 @@ def test_loss_adds_half_coef_times_squared_distance(start):
                                                                               strict=True)]
     moved = jax.tree.unflatten(treedef, [x + d for x, d in zip(leaves, deltas, strict=True)])
     critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
-    data = {"obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
-            "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
-            "value": batch.value, "alive": batch.alive,
-            "advantage": jax.random.normal(jax.random.key(4), batch.reward.shape),
-            "target": batch.value + 1.0}
-    data = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), data)
+    data = loss_minibatch(batch, jax.random.key(4))
     cfg = dataclasses.replace(CFG, anchor_coef=COEF)
     loss = jax.jit(lambda p, a: mappo.loss((p, critic_params), (rest, critic_rest), data, cfg,
                                            a))
@@ -104,7 +96,7 @@ def test_update_starts_as_plain_ppo_and_pulls_toward_the_anchor(start):
     one_plain, _ = mappo.update(ts, batch, dataclasses.replace(CFG, **one))
     one_anchor, metrics = mappo.update(ts, batch, dataclasses.replace(strong, **one))
     assert "anchor_distance" in metrics
-    for a, b in zip(_leaves(one_anchor.actor), _leaves(one_plain.actor), strict=True):
+    for a, b in zip(leaves(one_anchor.actor), leaves(one_plain.actor), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     far, near = ts, ts
     for _ in range(6):

@@ -14,6 +14,7 @@ import numpy as np
 import optax
 import pettingzoo
 import pytest
+from helpers import loss_minibatch
 from line_envs import Line
 
 from agents import (
@@ -145,12 +146,7 @@ def test_train_step_moves_every_executor_leaf_with_gradient(env, nets, stepped):
         """Which executor leaves get a gradient at all: the PPO loss on a fresh batch."""
         _, batch, _ = mappo.collect(env, ts, CFG)
         critic_params, critic_rest = eqx.partition(ts.critic, eqx.is_inexact_array)
-        data = {"obs": batch.obs, "adj": batch.adj, "global_state": batch.global_state,
-                "option": batch.option, "action": batch.action, "log_prob": batch.log_prob,
-                "value": batch.value, "alive": batch.alive,
-                "advantage": jax.random.normal(jax.random.key(0), batch.reward.shape),
-                "target": batch.value + 1.0}
-        data = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), data)
+        data = loss_minibatch(batch, jax.random.key(0))
         grads, _ = jax.grad(mappo.loss, has_aux=True)(
             (actor_params, critic_params), (actor_rest, critic_rest), data, CFG)
         return grads
