@@ -122,8 +122,8 @@ STUDIES: dict[str, Study] = {
             # added after the four above had run (issue 32): an L2-SP anchor to the
             # imitator (MAPPOConfig.anchor_coef) at the chosen lr and period. Unanchored,
             # fine-tuning drifts to a squared distance of ~8.6 from the imitator over this
-            # budget with gradient norms ~1.3 (one calibration run at seed 100): 1 holds
-            # it near distance 1, 0.1 only slows it. They run beside the probe above
+            # budget with gradient norms ~1.3 (one calibration run at seed 100): 1 should
+            # hold it near distance 1, 0.1 only slow it. They run beside the probe above
             # rerun on one machine with one imitator (see the README's Coverage sweep)
             ("actor lr 3e-4, selector period 20, anchor 0.1", {
                 "mappo": {"lr": 3e-4, "anchor_coef": 0.1}, "actor": {"selector_period": 20}}),
