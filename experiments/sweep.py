@@ -193,6 +193,16 @@ STUDIES: dict[str, Study] = {
                 "es": {"sigma": 0.2}})),
             ("own input and embedding, 2 episodes x 64 candidates", merge(_V0_PICK, {
                 "episodes": 2, "es": {"pop_size": 64}})),
+            # added 2026-12-06 after the four above, the study and two confirmations had
+            # run (rule unchanged, committed before these ran): sigma 0.1 suits the arms
+            # that migrate the MAPPO learner in, 0.2 whole-actor ES alone. The grid's
+            # midpoint, and a step size per coordinate adapted from the fitness ranks
+            # (SNES, Wierstra et al. 2014; evosax's, from 0.2), so the executor's noise
+            # and the selector's need not share one
+            ("own input and embedding, ES sigma 0.15", merge(_V0_PICK, {
+                "es": {"sigma": 0.15}})),
+            ("own input and embedding, SNES from sigma 0.2", merge(_V0_PICK, {
+                "es": {"kind": "evosax:SNES", "sigma": 0.2}})),
         ],
         extra=rover_merl.extra(), arms=rover_merl.V0_ARMS, budget=V0_SWEEP_BUDGET,
         seeds=(100, 101, 102, 103), feudal=rover_merl.FEUDAL, within_round=True),
