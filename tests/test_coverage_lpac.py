@@ -122,3 +122,31 @@ def test_the_references_report_runs_each_named_lloyd_at_each_size(tmp_path, monk
     assert all(f"| {4 * f} robots" in md for f in lpac.FACTORS)
     assert json.loads((tmp_path / "coverage_lpac-references.json").read_text())["policies"] \
         == lpac.REFERENCE_POLICIES
+
+
+def test_the_tails_diagnostic_counts_what_a_hand_count_does():
+    import numpy as np
+
+    from experiments import coverage_tails as tails
+
+    # spread: two robots 0.2 apart, one at the origin -> mean distance from the centroid
+    pos = np.array([[0.0, 0.0], [0.2, 0.0], [0.1, 0.0]])
+    assert tails.spread(pos) == pytest.approx((0.1 + 0.1 + 0.0) / 3)
+    rng = np.random.default_rng(0)
+    steps, n = tails.CURVE_EVERY * 2, 4
+    costs = {"imitator": [0.2, 1.5, 0.4, 0.9], "decentralized Lloyd": [0.3, 1.2, 1.1, 0.5]}
+    played = {}
+    for name, final in costs.items():
+        cost = rng.uniform(0.1, 2.0, (len(final), steps))
+        cost[:, -1] = final
+        played[name] = {"cost": cost, "pos": rng.uniform(0, 1, (len(final), steps + 1, n, 2))}
+    s = tails.summary(played)
+    im = s["policies"]["imitator"]
+    assert im["episodes_worse_than_start"] == 1 and im["median"] == pytest.approx(0.65)
+    assert im["mean_where_not_worse"] == pytest.approx((0.2 + 0.4 + 0.9) / 3)
+    assert im["curve"] == pytest.approx(played["imitator"]["cost"][:, [4, 9]].mean(0))
+    assert im["curve_worse"] == pytest.approx(played["imitator"]["cost"][1, [4, 9]])
+    assert s["policies"]["decentralized Lloyd"]["episodes_worse_than_start"] == 2
+    assert s["imitator_better"] == 2 and s["both_worse_than_start"] == 1
+    assert "| imitator | 0.750 | 0.650 |" in tails.markdown(
+        {**s, "episodes": 4, "imitator": "x", "wall_time_s": 1.0, "machine": {"cpu": "c"}})
