@@ -5,8 +5,11 @@ study's imitator (holding "cover", no fine-tuning) and decentralized Lloyd on th
 episodes and keeps what the means hide: each episode's J(T)/J(0), the episodes a policy
 ends worse than it started (J(T)/J(0) > 1), how often the imitator is the better of the
 two, the team's spread at the end (mean distance of the robots from their centroid) and
-the mean cost curve. It trains nothing: the imitator is the study's (trained on first use,
-as the study does, by :func:`experiments.coverage.pretrain`).
+the mean cost curve; and what a *blind* robot does (one that has sensed under
+:data:`BLIND` of the density's mass at the start): how fast it moves over the first
+:data:`EARLY` steps and how far that move points to the world's centre. It trains
+nothing: the imitator is the study's (trained on first use, as the study does, by
+:func:`experiments.coverage.pretrain`).
 
     python -m experiments.coverage_tails [--out DIR]     # ~1 min with the imitator trained
 
@@ -28,6 +31,8 @@ from experiments.report import RESULTS, write_json
 EPISODES = 64
 CURVE_EVERY = 5  # steps between the curve's points
 WORSE = 1.0  # J(T)/J(0) above this: the episode ends worse than it started
+BLIND = 0.02  # a robot that has sensed less than this share of the mass at the start
+EARLY = 5  # the steps over which a robot's first move is measured
 
 
 def spread(pos: np.ndarray) -> np.ndarray:
@@ -35,9 +40,18 @@ def spread(pos: np.ndarray) -> np.ndarray:
     return np.linalg.norm(pos - pos.mean(axis=-2, keepdims=True), axis=-1).mean(axis=-1)
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of the angle between the vectors of the last axis (0 for a zero vector)."""
+    norm = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    return np.where(norm > 0, (a * b).sum(-1) / np.where(norm > 0, norm, 1.0), 0.0)
+
+
 def play(path: Path, episodes: int = EPISODES) -> dict[str, dict[str, np.ndarray]]:
-    """``{policy: {"cost": [E, T], "pos": [E, T + 1, N, 2]}}`` for the imitator at
-    ``path`` and decentralized Lloyd on the study's held-out episodes."""
+    """``{policy: {"cost": [E, T], "pos": [E, T + 1, N, 2], "sensed": [E, T + 1, N],
+    "team_sensed": [E], "max_step": float}}`` for the imitator at ``path`` and
+    decentralized Lloyd on the study's held-out episodes (``sensed``: the share of the
+    density's mass each robot has sensed; ``team_sensed``: the team's together at the
+    end; ``max_step``: the env's largest step in world units)."""
     import jax
 
     from agents import FeudalActor
@@ -60,8 +74,18 @@ def play(path: Path, episodes: int = EPISODES) -> dict[str, dict[str, np.ndarray
                                                   record=record)))(keys)
     lloyd = jax.jit(jax.vmap(lambda k: run_episode(
         k, env, stateless(lloyd_decentralized, env), keep_states=True, record=record)))(keys)
-    return {name: {"cost": np.asarray(ep.outs), "pos": np.asarray(ep.states.pos)}
-            for name, ep in (("imitator", imitator), ("decentralized Lloyd", lloyd))}
+    out = {}
+    for name, ep in (("imitator", imitator), ("decentralized Lloyd", lloyd)):
+        seen = np.asarray(ep.states.seen)  # [E, T + 1, N, G, G]
+        density = np.asarray(ep.states.density[:, 0])  # [E, G, G], fixed in an episode
+        total = density.sum(axis=(-2, -1))
+        out[name] = {
+            "cost": np.asarray(ep.outs), "pos": np.asarray(ep.states.pos),
+            "sensed": (seen * density[:, None, None]).sum(axis=(-2, -1))
+            / total[:, None, None],
+            "team_sensed": (seen[:, -1].any(axis=1) * density).sum(axis=(-2, -1)) / total,
+            "max_step": float(env.max_speed)}
+    return out
 
 
 def summary(played: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
@@ -70,6 +94,10 @@ def summary(played: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     for name, ep in played.items():
         final, end = ep["cost"][:, -1], spread(ep["pos"][:, -1])
         worse = final > WORSE
+        blind = ep["sensed"][:, 0] < BLIND  # [E, N]
+        move = ep["pos"][:, EARLY] - ep["pos"][:, 0]  # [E, N, 2]
+        speed = np.linalg.norm(move, axis=-1) / (EARLY * ep["max_step"])
+        centre = cosine(move, 0.5 - ep["pos"][:, 0])
         rows[name] = {
             "mean": float(final.mean()), "median": float(np.median(final)),
             "quartiles": [float(q) for q in np.percentile(final, [25, 75])],
@@ -84,6 +112,14 @@ def summary(played: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
             "curve_worse": [float(c) for c in
                             ep["cost"][worse][:, CURVE_EVERY - 1::CURVE_EVERY].mean(0)]
             if worse.any() else [],
+            "blind_share": float(blind.mean()),
+            "blind_speed": float(speed[blind].mean()) if blind.any() else None,
+            "blind_cos_centre": float(centre[blind].mean()) if blind.any() else None,
+            "sighted_speed": float(speed[~blind].mean()) if (~blind).any() else None,
+            "sighted_cos_centre": float(centre[~blind].mean()) if (~blind).any() else None,
+            "team_sensed_worse": float(ep["team_sensed"][worse].mean())
+            if worse.any() else None,
+            "team_sensed_not_worse": float(ep["team_sensed"][~worse].mean()),
             "per_episode": [float(c) for c in final],
         }
     im, ll = (played[k]["cost"][:, -1] for k in ("imitator", "decentralized Lloyd"))
@@ -120,6 +156,17 @@ def markdown(report: dict[str, Any]) -> str:
                      + ("; over its episodes ending worse: "
                         + ", ".join(f"{c:.2f}" for c in r["curve_worse"])
                         if r["curve_worse"] else ""))
+    lines += ["", f"Blind robots (sensing under {BLIND:.0%} of the mass at the start) and "
+              f"their first {EARLY} steps (speed as a share of the largest; the cosine of "
+              "the move with the direction to the world's centre):", ""]
+    num = lambda v: "-" if v is None else f"{v:.2f}"
+    for name, r in rows.items():
+        lines.append(f"- {name}: {r['blind_share']:.0%} of the robots start blind; they "
+                     f"move at {num(r['blind_speed'])}, cosine {num(r['blind_cos_centre'])} "
+                     f"(the others {num(r['sighted_speed'])}, "
+                     f"{num(r['sighted_cos_centre'])}). The team has sensed "
+                     f"{num(r['team_sensed_worse'])} of the mass by the end of the episodes "
+                     f"ending worse, {num(r['team_sensed_not_worse'])} of the others.")
     lines += ["", f"Wall time {report['wall_time_s']:.0f} s on {report['machine']['cpu']}."]
     return "\n".join(lines) + "\n"
 

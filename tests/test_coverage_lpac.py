@@ -139,13 +139,26 @@ def test_the_tails_diagnostic_counts_what_a_hand_count_does():
     for name, final in costs.items():
         cost = rng.uniform(0.1, 2.0, (len(final), steps))
         cost[:, -1] = final
-        played[name] = {"cost": cost, "pos": rng.uniform(0, 1, (len(final), steps + 1, n, 2))}
+        played[name] = {"cost": cost, "pos": rng.uniform(0, 1, (len(final), steps + 1, n, 2)),
+                        "sensed": rng.uniform(0, 0.04, (len(final), steps + 1, n)),
+                        "team_sensed": np.array([0.9, 0.5, 0.8, 0.7]), "max_step": 0.03}
+    # one blind robot placed by hand: at (0.1, 0.1), moving at full speed toward (0.5, 0.5)
+    im_played = played["imitator"]
+    im_played["sensed"][:, 0] = 0.5
+    im_played["sensed"][0, 0, 2] = 0.0
+    im_played["pos"][0, 0, 2] = [0.1, 0.1]
+    im_played["pos"][0, tails.EARLY, 2] = np.array([0.1, 0.1]) + 5 * 0.03 / np.sqrt(2)
     s = tails.summary(played)
     im = s["policies"]["imitator"]
     assert im["episodes_worse_than_start"] == 1 and im["median"] == pytest.approx(0.65)
     assert im["mean_where_not_worse"] == pytest.approx((0.2 + 0.4 + 0.9) / 3)
     assert im["curve"] == pytest.approx(played["imitator"]["cost"][:, [4, 9]].mean(0))
     assert im["curve_worse"] == pytest.approx(played["imitator"]["cost"][1, [4, 9]])
+    assert im["blind_share"] == pytest.approx(1 / 16)
+    assert im["blind_speed"] == pytest.approx(1.0) and im["blind_cos_centre"] == pytest.approx(1.0)
+    assert im["team_sensed_worse"] == pytest.approx(0.5)
+    assert im["team_sensed_not_worse"] == pytest.approx((0.9 + 0.8 + 0.7) / 3)
+    assert tails.cosine(np.zeros(2), np.ones(2)) == 0.0
     assert s["policies"]["decentralized Lloyd"]["episodes_worse_than_start"] == 2
     assert s["imitator_better"] == 2 and s["both_worse_than_start"] == 1
     assert "| imitator | 0.750 | 0.650 |" in tails.markdown(
