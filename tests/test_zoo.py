@@ -34,7 +34,9 @@ def test_the_repository_ships_entries_each_with_its_own_checkpoint():
         assert files == sorted([zoo.ENTRY, e["checkpoint"]]), files
         assert e["checkpoint"].startswith("ckpt_") and e["env_steps"] > 0
         size = (e["path"] / e["checkpoint"]).stat().st_size
-        assert size < 1_000_000, (e["name"], size)  # a few hundred KB each
+        # a few hundred KB each; Coverage's 1.5 MB: LPAC's wide actor, with its Adam
+        # moments and the fine-tuning's anchor (a copy of the executor)
+        assert size < 2_000_000, (e["name"], size)
         assert zoo.resolve(f"zoo:{e['name']}") == e["path"]
 
 
