@@ -163,3 +163,30 @@ def test_the_tails_diagnostic_counts_what_a_hand_count_does():
     assert s["imitator_better"] == 2 and s["both_worse_than_start"] == 1
     assert "| imitator | 0.750 | 0.650 |" in tails.markdown(
         {**s, "episodes": 4, "imitator": "x", "wall_time_s": 1.0, "machine": {"cpu": "c"}})
+
+
+def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from envs.coverage import Coverage
+    from experiments import coverage_explore as explore
+
+    pos = jnp.array([[0.125, 0.125], [0.875, 0.875]])  # cells (0, 0) and (3, 3)
+    seen = np.ones((2, 4, 4), bool)  # [robot, iy, ix]
+    seen[0, 0, 2] = seen[0, 3, 0] = False  # robot 0: (ix 2, iy 0) and (ix 0, iy 3) unsensed
+    seen[1, 0, 1] = False  # robot 1: (ix 1, iy 0), in robot 0's half of the world
+    for comm, expected in ((0.1, [[1.0, 0.0], np.array([-0.5, -0.75]) / np.hypot(0.5, 0.75)]),
+                           (1.5, [[1.0, 0.0], [0.0, 0.0]])):
+        env = Coverage(num_agents=2, grid_size=4, map_size=2, num_features=1, max_steps=5,
+                       max_speed=0.1, comm_radius=comm)  # cells 0.25 wide
+        _, state = env.reset(jnp.asarray(np.zeros(2, np.uint32)))
+        state = state._replace(pos=pos, seen=jnp.asarray(seen))
+        # robot 0: the nearer unsensed cell, (0.625, 0.125), 0.5 to its right (a full
+        # step); robot 1, alone (comm 0.1), heads for (0.375, 0.125); with robot 0 as its
+        # neighbour (comm 1.5) that cell is robot 0's, and robot 1 has seen its own: stays
+        action = np.asarray(explore.frontier(env, state))
+        np.testing.assert_allclose(action, expected, atol=1e-5)
+    row = explore.summary([0.5, 1.5, 0.1], [0.4, 1.0, 0.2])
+    assert row["worse"] == 1 and row["median"] == pytest.approx(0.5)
+    assert row["minus_alone"] == pytest.approx((0.1 + 0.5 - 0.1) / 3)

@@ -1,0 +1,163 @@
+"""Does exploring first pay on Coverage? A premise check for issue 32 (trains nothing).
+
+:mod:`experiments.coverage_tails` found that the imitator and decentralized Lloyd both
+send a robot that has sensed nothing toward the world's centre, and that the episodes
+they lose are those where the team never senses much of the density. This check plays a
+scripted decentralized explorer for the first ``k`` steps of an episode and then hands
+over to decentralized Lloyd or to the Coverage study's imitator (holding "cover"):
+
+- the explorer (:func:`frontier`): each robot steps toward the nearest cell it has not
+  sensed inside its own decentralized cell (the cells no nearer to a comm neighbour than
+  to it), using only what decentralized Lloyd uses;
+- ``k = 0`` is the policy alone.
+
+It plays the sweeps' validation episodes (key 654,321), not the studies' held-out ones,
+because it informs what to build next, and the held-out episodes are kept for the goals.
+
+    python -m experiments.coverage_explore [--out DIR]      # ~1 min with the imitator trained
+
+Writes ``<out>/coverage-explore.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.machine import Timer, machine_note
+from experiments.report import RESULTS, write_json
+from experiments.stats import fmt_ci, mean_ci
+
+EPISODES = 64
+EXPLORE_STEPS = (0, 5, 10, 15, 20)
+WORSE = 1.0  # J(T)/J(0) above this: the episode ends worse than it started
+
+
+def frontier(env: Any, state: Any) -> Any:
+    """``[N, 2]`` action: each robot toward the nearest cell it has not sensed inside its
+    decentralized cell (cells no nearer to a comm neighbour than to it); a robot whose cell
+    it has sensed whole stays."""
+    import jax
+    import jax.numpy as jnp
+
+    from envs.policies import _toward
+
+    d2 = env.sq_dists(state.pos)  # [N, G, G]
+    adj = env.comm_graph(state) > 0
+    nearest_nbr = jax.vmap(lambda i: jnp.min(jnp.where(adj[i][:, None, None], d2, jnp.inf),
+                                             axis=0))(jnp.arange(env.num_agents))
+    unseen = (d2 <= nearest_nbr) & ~state.seen
+    score = jnp.where(unseen, d2, jnp.inf).reshape(env.num_agents, -1)
+    j = jnp.argmin(score, axis=-1)
+    c = env.cell_centres()
+    target = jnp.stack([c[j % env.grid_size], c[j // env.grid_size]], axis=-1)
+    found = jnp.isfinite(jnp.min(score, axis=-1))[:, None]
+    return _toward(env, state.pos, jnp.where(found, target, state.pos))
+
+
+def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
+         episodes: int = EPISODES) -> dict[str, dict[int, list[float]]]:
+    """``{"decentralized Lloyd" | "imitator": {k: per-episode J(T)/J(0)}}``."""
+    import jax
+    import jax.numpy as jnp
+
+    from agents import FeudalActor
+    from envs.episode import run_episode
+    from envs.policies import lloyd_decentralized
+    from experiments.coverage import COVER, base_config
+    from experiments.training import VALIDATION_SEED, heldout_keys
+    from feudal_es.config import TrainerConfig
+    from feudal_es.pretrain import load_pretrained
+    from feudal_es.resolve import resolve_env
+
+    cfg = TrainerConfig.from_dict(base_config())
+    env = resolve_env(cfg.env, cfg.env_kwargs).core
+    actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=COVER)
+    actor = load_pretrained(path, FeudalActor.from_env(jax.random.key(0), env, actor_cfg))
+    keys = heldout_keys(episodes, VALIDATION_SEED)
+
+    def imitator(key, obs, state, option, t):
+        option, out = actor.step(key, obs, env.comm_graph(state), option, t, True,
+                                 done=actor.options_done(env, state))
+        return out.env_action, option
+
+    def lloyd(key, obs, state, option, t):
+        return lloyd_decentralized(key, env, state), option
+
+    out: dict[str, dict[int, list[float]]] = {}
+    for name, cover in (("decentralized Lloyd", lloyd), ("imitator", imitator)):
+        out[name] = {}
+        for k in explore_steps:
+            def act(key, obs, state, option, t, k=k, cover=cover):
+                action, option = cover(key, obs, state, option, t)
+                return jnp.where(t < k, frontier(env, state), action), option
+
+            play_all = jax.jit(jax.vmap(lambda key, act=act: run_episode(
+                key, env, act, actor.initial_option(env.num_agents),
+                record=lambda o: o.metrics["coverage_cost"]).outs[-1]))
+            out[name][k] = np.asarray(play_all(keys)).tolist()
+    return out
+
+
+def summary(costs: Sequence[float], alone: Sequence[float]) -> dict[str, Any]:
+    """One row: mean ± 95% t-interval over episodes, median, episodes ending worse than
+    they started, and the paired difference from ``alone`` (the same episodes at k = 0)."""
+    costs_a = np.asarray(costs, np.float64)
+    mean, ci = mean_ci(costs_a.tolist())
+    diff, diff_ci = mean_ci((costs_a - np.asarray(alone, np.float64)).tolist())
+    return {"mean": mean, "ci95": ci, "median": float(np.median(costs_a)),
+            "worse": int(np.sum(costs_a > WORSE)), "minus_alone": diff,
+            "minus_alone_ci95": diff_ci, "per_episode": [float(c) for c in costs_a]}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report's table (one row per hand-over policy and ``k``)."""
+    lines = [f"# Coverage: explore for k steps, then cover ({report['episodes']} validation "
+             f"episodes, key {report['episodes_key']})", "",
+             f"Imitator: `{report['imitator']}` (the Coverage study's, holding cover). "
+             "J(T)/J(0) over episodes, lower is better; k = 0 is the policy alone.", "",
+             "| then | k (explore steps) | mean ± 95% CI | median | episodes ending worse "
+             "than the start | minus k = 0, paired |", "|---|---|---|---|---|---|"]
+    for name, rows in report["results"].items():
+        for k, r in rows.items():
+            lines.append(f"| {name} | {k} | {fmt_ci(r['mean'], r['ci95'])} | "
+                         f"{r['median']:.3f} | {r['worse']} | "
+                         f"{fmt_ci(r['minus_alone'], r['minus_alone_ci95'])} |")
+    lines += ["", f"Wall time {report['wall_time_s']:.0f} s on {report['machine']['cpu']}."]
+    return "\n".join(lines) + "\n"
+
+
+def run(out_dir: Path = RESULTS, episodes: int = EPISODES) -> dict[str, Any]:
+    """Play, summarize, write ``coverage-explore.{json,md}``; return the report."""
+    from experiments.coverage import pretrain
+    from experiments.training import VALIDATION_SEED
+
+    clock = Timer()
+    path = pretrain(1.0)
+    played = play(path, EXPLORE_STEPS, episodes)
+    results = {name: {str(k): summary(costs, rows[0]) for k, costs in rows.items()}
+               for name, rows in played.items()}
+    report = {"study": "coverage-explore", "episodes": episodes,
+              "episodes_key": VALIDATION_SEED, "imitator": path.name, "results": results,
+              "wall_time_s": round(clock(), 1), "machine": machine_note()}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "coverage-explore.json", report)
+    (out_dir / "coverage-explore.md").write_text(markdown(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--episodes", type=int, default=EPISODES)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    print(markdown(run(a.out, a.episodes)), end="")
+
+
+if __name__ == "__main__":
+    main()
