@@ -75,7 +75,10 @@ class Coverage(SwarmEnv):
       averaged over ``memory_size`` near-equal blocks of cells a side (any grid size, so
       an actor transfers to a larger world). LPAC's robots keep such a map; the window
       above shows only its neighbourhood.
-    - ``"vec"`` ``[N, 2]`` float32: position / world_size, in [0, 1]^2.
+    - ``"vec"`` ``[N, 2]`` float32: position / world_size, in [0, 1]^2; with ``time_obs``
+      ``[N, 3]``, the episode's elapsed share ``t / max_steps`` last (a fixed-length
+      episode's policy may depend on the time left: Pardo et al., "Time Limits in
+      Reinforcement Learning", 2018).
 
     **Action.** ``[N, 2]`` velocity in [-1, 1]^2 (clipped), times ``max_speed`` world units
     per step; positions are clipped to the world.
@@ -125,6 +128,7 @@ class Coverage(SwarmEnv):
     neighbour_map: str = eqx.field(static=True)
     global_map_size: int = eqx.field(static=True)
     memory_size: int = eqx.field(static=True)
+    time_obs: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -143,6 +147,7 @@ class Coverage(SwarmEnv):
         neighbour_map: str = "count",
         global_map_size: int = 8,
         memory_size: int = 0,
+        time_obs: bool = False,
     ):
         """Validate and store the configuration (all lengths in world units).
 
@@ -163,6 +168,7 @@ class Coverage(SwarmEnv):
           global_map_size: side of the coarse density maps in :meth:`global_state`.
           memory_size: side of each robot's ``"memory"`` observation (its whole sensed
             map, coarse; at most ``grid_size``); 0 = no such entry.
+          time_obs: append ``t / max_steps`` to each robot's ``"vec"``.
         """
         self.num_agents = check_positive_int("num_agents", num_agents)
         self.grid_size = check_positive_int("grid_size", grid_size, minimum=2)
@@ -177,6 +183,9 @@ class Coverage(SwarmEnv):
             raise ValueError(f"memory_size ({memory_size}) must be at most grid_size "
                              f"({self.grid_size})")
         self.memory_size = memory_size
+        if not isinstance(time_obs, bool):
+            raise TypeError(f"time_obs must be a bool, got {time_obs!r}")
+        self.time_obs = time_obs
         self.world_size = check_positive_float("world_size", world_size)
         self.max_speed = check_positive_float("max_speed", max_speed)
         self.comm_radius = check_positive_float("comm_radius", comm_radius)
@@ -370,6 +379,9 @@ class Coverage(SwarmEnv):
             [density_px[:, None], neighbours, boundary_px[:, None]], axis=1
         ).astype(jnp.float32)
         vec = (state.pos / self.world_size).astype(jnp.float32)
+        if self.time_obs:
+            share = jnp.broadcast_to(state.t / self.max_steps, (n, 1))
+            vec = jnp.concatenate([vec, share.astype(jnp.float32)], axis=1)
         assert maps.shape == (n, self.num_channels, m, m)
         if not self.memory_size:
             return {"maps": maps, "vec": vec}

@@ -6,9 +6,9 @@ they lose are those where the team never senses much of the density. This check 
 scripted decentralized explorer for the first ``k`` steps of an episode and then hands
 over to decentralized Lloyd or to the Coverage study's imitator (holding "cover"):
 
-- the explorer (:func:`frontier`): each robot steps toward the nearest cell it has not
-  sensed inside its own decentralized cell (the cells no nearer to a comm neighbour than
-  to it), using only what decentralized Lloyd uses;
+- the explorer (:func:`envs.policies.frontier_decentralized`): each robot steps toward
+  the nearest cell it has not sensed inside its own decentralized cell (the cells no
+  nearer to a comm neighbour than to it), using only what decentralized Lloyd uses;
 - ``k = 0`` is the policy alone.
 
 It plays the sweeps' validation episodes (key 654,321), not the studies' held-out ones,
@@ -38,28 +38,6 @@ EXPLORE_STEPS = (0, 5, 10, 15, 20)
 WORSE = 1.0  # J(T)/J(0) above this: the episode ends worse than it started
 
 
-def frontier(env: Any, state: Any) -> Any:
-    """``[N, 2]`` action: each robot toward the nearest cell it has not sensed inside its
-    decentralized cell (cells no nearer to a comm neighbour than to it); a robot whose cell
-    it has sensed whole stays."""
-    import jax
-    import jax.numpy as jnp
-
-    from envs.policies import _toward
-
-    d2 = env.sq_dists(state.pos)  # [N, G, G]
-    adj = env.comm_graph(state) > 0
-    nearest_nbr = jax.vmap(lambda i: jnp.min(jnp.where(adj[i][:, None, None], d2, jnp.inf),
-                                             axis=0))(jnp.arange(env.num_agents))
-    unseen = (d2 <= nearest_nbr) & ~state.seen
-    score = jnp.where(unseen, d2, jnp.inf).reshape(env.num_agents, -1)
-    j = jnp.argmin(score, axis=-1)
-    c = env.cell_centres()
-    target = jnp.stack([c[j % env.grid_size], c[j // env.grid_size]], axis=-1)
-    found = jnp.isfinite(jnp.min(score, axis=-1))[:, None]
-    return _toward(env, state.pos, jnp.where(found, target, state.pos))
-
-
 def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
          episodes: int = EPISODES) -> dict[str, dict[int, list[float]]]:
     """``{"decentralized Lloyd" | "imitator": {k: per-episode J(T)/J(0)}}``."""
@@ -68,7 +46,7 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
 
     from agents import FeudalActor
     from envs.episode import run_episode
-    from envs.policies import lloyd_decentralized
+    from envs.policies import frontier_decentralized, lloyd_decentralized
     from experiments.coverage import COVER, base_config
     from experiments.training import VALIDATION_SEED, heldout_keys
     from feudal_es.config import TrainerConfig
@@ -95,7 +73,8 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
         for k in explore_steps:
             def act(key, obs, state, option, t, k=k, cover=cover):
                 action, option = cover(key, obs, state, option, t)
-                return jnp.where(t < k, frontier(env, state), action), option
+                explored = frontier_decentralized(key, env, state)
+                return jnp.where(t < k, explored, action), option
 
             play_all = jax.jit(jax.vmap(lambda key, act=act: run_episode(
                 key, env, act, actor.initial_option(env.num_agents),

@@ -289,6 +289,37 @@ def test_memory_is_each_robots_whole_sensed_map_pooled(small):
     np.testing.assert_array_equal(np.asarray(plain["maps"]), np.asarray(obs["maps"]))
 
 
+def test_time_obs_appends_the_elapsed_share_of_the_episode(small):
+    _, traj = small
+    env = Coverage(**{**SMALL, "time_obs": True})
+    observe = jax.jit(env.observe)
+    for t, (_, s, _) in enumerate(traj):
+        s = s._replace(t=jnp.asarray(t, jnp.int32))
+        vec = np.asarray(observe(s)["vec"])
+        assert vec.shape == (env.num_agents, 3)
+        np.testing.assert_array_equal(vec[:, :2], np.asarray(s.pos) / env.world_size)
+        np.testing.assert_allclose(vec[:, 2], t / env.max_steps, rtol=1e-6)
+    assert env.observation_space["vec"].shape == (3,)
+    assert Coverage(**SMALL).observation_space["vec"].shape == (2,)
+    with pytest.raises(TypeError, match="time_obs must be a bool"):
+        Coverage(**{**SMALL, "time_obs": 1})
+
+
+def test_explore_then_clairvoyant_explores_first(small):
+    from envs.policies import EXPLORE_STEPS, explore_then_clairvoyant, frontier_decentralized
+
+    env, traj = small
+    _, s, _ = traj[-1]
+    key = jax.random.key(0)
+    composite = jax.jit(lambda s: explore_then_clairvoyant(key, env, s))
+    for t, expected in ((0, frontier_decentralized), (EXPLORE_STEPS - 1, frontier_decentralized),
+                        (EXPLORE_STEPS, lloyd_clairvoyant)):
+        at_t = s._replace(t=jnp.asarray(t, jnp.int32))
+        # two programs (the jitted composite, the eager expert): float rounding apart
+        np.testing.assert_allclose(np.asarray(composite(at_t)),
+                                   np.asarray(expected(key, env, at_t)), rtol=1e-6, atol=1e-6)
+
+
 def test_global_state_and_render(small):
     env, traj = small
     _, s, _ = traj[-1]

@@ -170,6 +170,7 @@ def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
     import numpy as np
 
     from envs.coverage import Coverage
+    from envs.policies import frontier_decentralized
     from experiments import coverage_explore as explore
 
     pos = jnp.array([[0.125, 0.125], [0.875, 0.875]])  # cells (0, 0) and (3, 3)
@@ -185,7 +186,7 @@ def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
         # robot 0: the nearer unsensed cell, (0.625, 0.125), 0.5 to its right (a full
         # step); robot 1, alone (comm 0.1), heads for (0.375, 0.125); with robot 0 as its
         # neighbour (comm 1.5) that cell is robot 0's, and robot 1 has seen its own: stays
-        action = np.asarray(explore.frontier(env, state))
+        action = np.asarray(frontier_decentralized(None, env, state))
         np.testing.assert_allclose(action, expected, atol=1e-5)
     row = explore.summary([0.5, 1.5, 0.1], [0.4, 1.0, 0.2])
     assert row["worse"] == 1 and row["median"] == pytest.approx(0.5)
