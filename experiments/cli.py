@@ -14,7 +14,7 @@ from typing import Any
 from experiments.report import RESULTS
 from experiments.training import SEEDS
 
-__all__ = ["load_config", "study_main"]
+__all__ = ["diagnostic_main", "load_config", "study_main"]
 
 
 def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
@@ -39,6 +39,17 @@ def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
         options(p)
     a = vars(p.parse_args(argv))
     run(a.pop("scale"), tuple(a.pop("seeds")), a.pop("out"), **a)
+
+
+def diagnostic_main(run: Callable[[Path, int], dict], markdown: Callable[[dict], str],
+                    doc: str, episodes: int, argv: list[str] | None = None) -> None:
+    """The command line of a diagnostic that trains nothing (``--episodes``, ``--out``):
+    ``run(out, episodes)`` writes its report, whose markdown is printed."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--episodes", type=int, default=episodes)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    print(markdown(run(a.out, a.episodes)), end="")
 
 
 def load_config(name: str) -> dict[str, Any]:

@@ -118,25 +118,35 @@ def references(episodes: int) -> dict[str, dict[str, list[float]]]:
         "random": random_policy}, episodes, "coverage_cost")
 
 
-def bc_start(path: Path, episodes: int) -> dict[str, list[float]]:
-    """The pretrained executor before any fine-tuning, holding "cover", on the held-out
-    episodes (what every arm starts from)."""
+def study_imitator(path: Path) -> tuple[Any, Any]:
+    """``(env, actor)``: the study's Coverage env (its JAX core) and the imitator saved at
+    ``path``, holding "cover" (no selector: the executor alone)."""
     import dataclasses
 
     import jax
-    import numpy as np
 
     from agents import FeudalActor
     from feudal_es.config import TrainerConfig
     from feudal_es.pretrain import load_pretrained
     from feudal_es.resolve import resolve_env
-    from feudal_es.rollout import make_population_rollouts
-    from feudal_es.theta import selector_theta
 
     cfg = TrainerConfig.from_dict(base_config())
     core = resolve_env(cfg.env, cfg.env_kwargs).core
     actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=COVER)
-    actor = load_pretrained(path, FeudalActor.from_env(jax.random.key(0), core, actor_cfg))
+    return core, load_pretrained(path, FeudalActor.from_env(jax.random.key(0), core,
+                                                            actor_cfg))
+
+
+def bc_start(path: Path, episodes: int) -> dict[str, list[float]]:
+    """The pretrained executor before any fine-tuning, holding "cover", on the held-out
+    episodes (what every arm starts from)."""
+    import jax
+    import numpy as np
+
+    from feudal_es.rollout import make_population_rollouts
+    from feudal_es.theta import selector_theta
+
+    core, actor = study_imitator(path)
     rollouts = jax.jit(make_population_rollouts(core, True))
     ret, metrics = jax.device_get(rollouts(actor, selector_theta(actor)[None],
                                            heldout_keys(episodes)))

@@ -21,16 +21,15 @@ Writes ``<out>/coverage-explore.{json,md}``.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from experiments.cli import diagnostic_main
 from experiments.machine import Timer, machine_note
-from experiments.report import RESULTS, write_json
+from experiments.report import RESULTS, write_pair
 from experiments.stats import fmt_ci, mean_ci
 
 EPISODES = 64
@@ -44,19 +43,12 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
     import jax
     import jax.numpy as jnp
 
-    from agents import FeudalActor
     from envs.episode import run_episode
     from envs.policies import frontier_decentralized, lloyd_decentralized
-    from experiments.coverage import COVER, base_config
+    from experiments.coverage import study_imitator
     from experiments.training import VALIDATION_SEED, heldout_keys
-    from feudal_es.config import TrainerConfig
-    from feudal_es.pretrain import load_pretrained
-    from feudal_es.resolve import resolve_env
 
-    cfg = TrainerConfig.from_dict(base_config())
-    env = resolve_env(cfg.env, cfg.env_kwargs).core
-    actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=COVER)
-    actor = load_pretrained(path, FeudalActor.from_env(jax.random.key(0), env, actor_cfg))
+    env, actor = study_imitator(path)
     keys = heldout_keys(episodes, VALIDATION_SEED)
 
     def imitator(key, obs, state, option, t):
@@ -124,18 +116,11 @@ def run(out_dir: Path = RESULTS, episodes: int = EPISODES) -> dict[str, Any]:
     report = {"study": "coverage-explore", "episodes": episodes,
               "episodes_key": VALIDATION_SEED, "imitator": path.name, "results": results,
               "wall_time_s": round(clock(), 1), "machine": machine_note()}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "coverage-explore.json", report)
-    (out_dir / "coverage-explore.md").write_text(markdown(report))
-    return report
+    return write_pair(out_dir, "coverage-explore", report, markdown(report))
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--episodes", type=int, default=EPISODES)
-    p.add_argument("--out", type=Path, default=RESULTS)
-    a = p.parse_args(argv)
-    print(markdown(run(a.out, a.episodes)), end="")
+    diagnostic_main(run, markdown, __doc__, EPISODES, argv)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,14 @@ Writes ``<out>/coverage-tails.{json,md}``.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from experiments.cli import diagnostic_main
 from experiments.machine import Timer, machine_note
-from experiments.report import RESULTS, write_json
+from experiments.report import RESULTS, write_pair
 
 EPISODES = 64
 CURVE_EVERY = 5  # steps between the curve's points
@@ -54,20 +53,13 @@ def play(path: Path, episodes: int = EPISODES) -> dict[str, dict[str, np.ndarray
     end; ``max_step``: the env's largest step in world units)."""
     import jax
 
-    from agents import FeudalActor
     from envs.episode import run_episode, stateless
     from envs.policies import lloyd_decentralized
-    from experiments.coverage import COVER, base_config
+    from experiments.coverage import study_imitator
     from experiments.training import heldout_keys
-    from feudal_es.config import TrainerConfig
-    from feudal_es.pretrain import load_pretrained
-    from feudal_es.resolve import resolve_env
     from feudal_es.rollout import episode
 
-    cfg = TrainerConfig.from_dict(base_config())
-    env = resolve_env(cfg.env, cfg.env_kwargs).core
-    actor_cfg = dataclasses.replace(cfg.actor, options="fixed", fixed_option=COVER)
-    actor = load_pretrained(path, FeudalActor.from_env(jax.random.key(0), env, actor_cfg))
+    env, actor = study_imitator(path)
     record = lambda out: out.metrics["coverage_cost"]
     keys = heldout_keys(episodes)
     imitator = jax.jit(jax.vmap(lambda k: episode(env, actor, k, True, keep_states=True,
@@ -180,18 +172,11 @@ def run(out_dir: Path = RESULTS, episodes: int = EPISODES) -> dict[str, Any]:
     report = {"study": "coverage-tails", "episodes": episodes, "imitator": path.name,
               **summary(play(path, episodes))}
     report.update(wall_time_s=round(clock(), 1), machine=machine_note())
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "coverage-tails.json", report)
-    (out_dir / "coverage-tails.md").write_text(markdown(report))
-    return report
+    return write_pair(out_dir, "coverage-tails", report, markdown(report))
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--episodes", type=int, default=EPISODES)
-    p.add_argument("--out", type=Path, default=RESULTS)
-    a = p.parse_args(argv)
-    print(markdown(run(a.out, a.episodes)), end="")
+    diagnostic_main(run, markdown, __doc__, EPISODES, argv)
 
 
 if __name__ == "__main__":

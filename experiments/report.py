@@ -19,7 +19,7 @@ from experiments.plots import plot_profiles, plot_study
 from experiments.stats import fmt_ci, fmt_iqm
 
 __all__ = ["RESULTS", "combine_files", "csv_rows", "markdown", "merge_reports", "slug",
-           "write_csv", "write_json", "write_report"]
+           "write_csv", "write_json", "write_pair", "write_report"]
 
 RESULTS = Path(__file__).resolve().parent / "results"  # every study's default --out
 
@@ -33,6 +33,14 @@ def write_json(path: Path, data: Any) -> Path:
     from feudal_es.atomic import atomic_write_text
 
     return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def write_pair(out_dir: Path, stem: str, report: dict, text: str) -> dict:
+    """``<out_dir>/<stem>.json`` (``report``) and ``<stem>.md`` (``text``); the report."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / f"{stem}.json", report)
+    (out_dir / f"{stem}.md").write_text(text)
+    return report
 
 
 def read_if_alike(path: Path, alike: dict) -> dict | None:
