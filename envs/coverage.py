@@ -68,7 +68,9 @@ class Coverage(SwarmEnv):
 
       Neighbours are the robots within ``comm_radius`` (those of :meth:`comm_graph`) whose
       cell falls in the window. The boundary channel is the fraction of the pixel that lies
-      outside the world (1 outside, 0 inside). ``num_channels`` gives C.
+      outside the world (1 outside, 0 inside). With ``seen_map`` a last channel holds
+      the share of the pixel's cells the robot has sensed (an unsensed cell and a sensed
+      empty one both read 0 on the density channel). ``num_channels`` gives C.
     - ``"memory"`` ``[N, 2, memory_size, memory_size]`` float32, only with
       ``memory_size > 0``: the robot's whole sensed map (what decentralized Lloyd weighs
       its centroid by) and its seen mask, over the whole world (world frame, rows = y),
@@ -129,6 +131,7 @@ class Coverage(SwarmEnv):
     global_map_size: int = eqx.field(static=True)
     memory_size: int = eqx.field(static=True)
     time_obs: bool = eqx.field(static=True)
+    seen_map: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -148,6 +151,7 @@ class Coverage(SwarmEnv):
         global_map_size: int = 8,
         memory_size: int = 0,
         time_obs: bool = False,
+        seen_map: bool = False,
     ):
         """Validate and store the configuration (all lengths in world units).
 
@@ -169,6 +173,8 @@ class Coverage(SwarmEnv):
           memory_size: side of each robot's ``"memory"`` observation (its whole sensed
             map, coarse; at most ``grid_size``); 0 = no such entry.
           time_obs: append ``t / max_steps`` to each robot's ``"vec"``.
+          seen_map: add a channel to ``"maps"``: which of the window's cells the robot
+            has sensed.
         """
         self.num_agents = check_positive_int("num_agents", num_agents)
         self.grid_size = check_positive_int("grid_size", grid_size, minimum=2)
@@ -186,6 +192,9 @@ class Coverage(SwarmEnv):
         if not isinstance(time_obs, bool):
             raise TypeError(f"time_obs must be a bool, got {time_obs!r}")
         self.time_obs = time_obs
+        if not isinstance(seen_map, bool):
+            raise TypeError(f"seen_map must be a bool, got {seen_map!r}")
+        self.seen_map = seen_map
         self.world_size = check_positive_float("world_size", world_size)
         self.max_speed = check_positive_float("max_speed", max_speed)
         self.comm_radius = check_positive_float("comm_radius", comm_radius)
@@ -217,8 +226,9 @@ class Coverage(SwarmEnv):
 
     @property
     def num_channels(self) -> int:
-        """Channels C of ``obs["maps"]``: 3 (``"count"``) or 4 (``"xy"``)."""
-        return 3 if self.neighbour_map == "count" else 4
+        """Channels C of ``obs["maps"]``: 3 (``"count"``) or 4 (``"xy"``), one more with
+        ``seen_map``."""
+        return (3 if self.neighbour_map == "count" else 4) + int(self.seen_map)
 
     def cell_centres(self) -> jax.Array:
         """``[G]`` coordinate of the cell centres along either axis."""
@@ -375,9 +385,10 @@ class Coverage(SwarmEnv):
         density_px = _pool(window, p, jnp.mean)
         boundary_px = _pool(boundary, p, jnp.mean)
         neighbours = self._neighbour_maps(state.pos, idx)  # [N, K, m, m]
-        maps = jnp.concatenate(
-            [density_px[:, None], neighbours, boundary_px[:, None]], axis=1
-        ).astype(jnp.float32)
+        channels = [density_px[:, None], neighbours, boundary_px[:, None]]
+        if self.seen_map:
+            channels.append(_pool(seen.astype(jnp.float32), p, jnp.mean)[:, None])
+        maps = jnp.concatenate(channels, axis=1).astype(jnp.float32)
         vec = (state.pos / self.world_size).astype(jnp.float32)
         if self.time_obs:
             share = jnp.broadcast_to(state.t / self.max_steps, (n, 1))

@@ -100,6 +100,18 @@ PROBES: dict[str, dict[str, Any]] = {
         actor=dict(cnn_channels=[16, 32], cnn_strides=[1, 2], cnn_out=32, vec_out=32,
                    gnn_features=64, embed_dim=64, executor_hidden=[64, 64])),
 }
+# added after it ran (0.597, the worst): the window also shows which of its cells the
+# robot has sensed (seen_map), which the explorer's target depends on; with the
+# explore-first expert (the hypothesis) and with LPAC's (whether it helps there too)
+_WIDE = dict(cnn_channels=[16, 32], cnn_strides=[1, 2], cnn_out=32, vec_out=32,
+             gnn_features=64, embed_dim=64, executor_hidden=[64, 64])
+PROBES["explore-then-clairvoyant-wide-seen"] = dict(
+    expert="explore_then_clairvoyant", episodes=64, val_episodes=16, rounds=8,
+    steps_per_round=1500, beta_decay=0.7, patience=3,
+    env_kwargs=dict(memory_size=8, time_obs=True, seen_map=True), actor=_WIDE)
+PROBES["dagger-8-rounds-memory-wide-seen"] = dict(
+    episodes=64, val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7,
+    patience=3, env_kwargs=dict(memory_size=8, seen_map=True), actor=_WIDE)
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)

@@ -68,20 +68,25 @@ def np_cell(env: Coverage, p: np.ndarray) -> tuple[int, int]:
             min(max(int(np.floor(p[1] / cell)), 0), g - 1))
 
 
-def np_window(env: Coverage, sensed: np.ndarray, pos: np.ndarray, i: int) -> np.ndarray:
+def np_window(env: Coverage, sensed: np.ndarray, pos: np.ndarray, i: int,
+              seen: np.ndarray | None = None) -> np.ndarray:
     """Robot i's maps from the definition: pixel (h, w) pools the grid cells
-    (iy - S//2 + h*p .. , ix - S//2 + w*p ..), S = map_size * map_pool."""
+    (iy - S//2 + h*p .. , ix - S//2 + w*p ..), S = map_size * map_pool; with
+    ``env.seen_map`` a last channel pools ``seen[i]`` (0 outside the world)."""
     m, p, g = env.map_size, env.map_pool, env.grid_size
     span = m * p
     ix, iy = np_cell(env, pos[i])
     adj = np_comm(pos, env.comm_radius)
     dens = np.zeros((span, span))
     bnd = np.zeros((span, span))
+    sensed_cells = np.zeros((span, span))
     for h in range(span):
         for w in range(span):
             y, x = iy - span // 2 + h, ix - span // 2 + w
             if 0 <= y < g and 0 <= x < g:
                 dens[h, w] = sensed[i, y, x]
+                if seen is not None:
+                    sensed_cells[h, w] = seen[i, y, x]
             else:
                 bnd[h, w] = 1.0
     nbr = np.zeros((2 if env.neighbour_map == "xy" else 1, m, m))
@@ -94,7 +99,8 @@ def np_window(env: Coverage, sensed: np.ndarray, pos: np.ndarray, i: int) -> np.
             else:
                 nbr[0, h // p, w // p] += 1.0
     pool = lambda a: a.reshape(m, p, m, p).mean(axis=(1, 3))
-    return np.concatenate([pool(dens)[None], nbr, pool(bnd)[None]])
+    extra = [pool(sensed_cells)[None]] if env.seen_map else []
+    return np.concatenate([pool(dens)[None], nbr, pool(bnd)[None], *extra])
 
 
 def np_lloyd_target(env: Coverage, pos: np.ndarray, weights: np.ndarray,
@@ -247,7 +253,8 @@ def test_comm_graph_matches_numpy(small):
     assert adj.dtype == np.float32
 
 
-@pytest.mark.parametrize("variant", [{}, {"neighbour_map": "xy", "map_pool": 2, "map_size": 4}])
+@pytest.mark.parametrize("variant", [{}, {"neighbour_map": "xy", "map_pool": 2, "map_size": 4},
+                                     {"seen_map": True, "map_pool": 2, "map_size": 4}])
 def test_local_maps_match_numpy_windows(small, variant):
     _, traj = small
     env = Coverage(**{**SMALL, **variant})
@@ -261,11 +268,17 @@ def test_local_maps_match_numpy_windows(small, variant):
     assert obs["maps"].dtype == jnp.float32
     for i in range(env.num_agents):
         np.testing.assert_allclose(np.asarray(obs["maps"][i]),
-                                   np_window(env, np.asarray(env.sensed(s)), pos, i),
+                                   np_window(env, np.asarray(env.sensed(s)), pos, i,
+                                             np.asarray(s.seen)),
                                    rtol=1e-6, atol=1e-6, err_msg=f"agent {i}")
     np.testing.assert_allclose(np.asarray(obs["vec"]), pos / env.world_size, rtol=1e-6)
-    assert float(obs["maps"][0, -1].max()) > 0  # corner robot sees the boundary
-    assert float(obs["maps"][0, 1:-1].__abs__().sum()) > 0  # and its neighbour
+    boundary = env.num_channels - 1 - int(env.seen_map)
+    assert float(obs["maps"][0, boundary].max()) > 0  # corner robot sees the boundary
+    assert float(obs["maps"][0, 1:boundary].__abs__().sum()) > 0  # and its neighbour
+    if env.seen_map:  # robots have sensed part of their windows, not all of it
+        assert 0 < float(obs["maps"][:, -1].mean()) < 1
+    with pytest.raises(TypeError, match="seen_map must be a bool"):
+        Coverage(**{**SMALL, "seen_map": "yes"})
 
 
 def test_memory_is_each_robots_whole_sensed_map_pooled(small):
