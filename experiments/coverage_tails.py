@@ -47,10 +47,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def play(path: Path, episodes: int = EPISODES) -> dict[str, dict[str, np.ndarray]]:
     """``{policy: {"cost": [E, T], "pos": [E, T + 1, N, 2], "sensed": [E, T + 1, N],
-    "team_sensed": [E], "max_step": float}}`` for the imitator at ``path`` and
+    "team_sensed": [E], "max_step": float, "centre": float}}`` for the imitator at ``path`` and
     decentralized Lloyd on the study's held-out episodes (``sensed``: the share of the
     density's mass each robot has sensed; ``team_sensed``: the team's together at the
-    end; ``max_step``: the env's largest step in world units)."""
+    end; ``max_step``: the env's largest step in world units; ``centre``: the world's
+    centre along either axis)."""
     import jax
 
     from envs.episode import run_episode, stateless
@@ -76,7 +77,7 @@ def play(path: Path, episodes: int = EPISODES) -> dict[str, dict[str, np.ndarray
             "sensed": (seen * density[:, None, None]).sum(axis=(-2, -1))
             / total[:, None, None],
             "team_sensed": (seen[:, -1].any(axis=1) * density).sum(axis=(-2, -1)) / total,
-            "max_step": float(env.max_speed)}
+            "max_step": float(env.max_speed), "centre": env.world_size / 2}
     return out
 
 
@@ -89,7 +90,7 @@ def summary(played: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
         blind = ep["sensed"][:, 0] < BLIND  # [E, N]
         move = ep["pos"][:, EARLY] - ep["pos"][:, 0]  # [E, N, 2]
         speed = np.linalg.norm(move, axis=-1) / (EARLY * ep["max_step"])
-        centre = cosine(move, 0.5 - ep["pos"][:, 0])
+        centre = cosine(move, ep["centre"] - ep["pos"][:, 0])
         rows[name] = {
             "mean": float(final.mean()), "median": float(np.median(final)),
             "quartiles": [float(q) for q in np.percentile(final, [25, 75])],

@@ -141,7 +141,8 @@ def test_the_tails_diagnostic_counts_what_a_hand_count_does():
         cost[:, -1] = final
         played[name] = {"cost": cost, "pos": rng.uniform(0, 1, (len(final), steps + 1, n, 2)),
                         "sensed": rng.uniform(0, 0.04, (len(final), steps + 1, n)),
-                        "team_sensed": np.array([0.9, 0.5, 0.8, 0.7]), "max_step": 0.03}
+                        "team_sensed": np.array([0.9, 0.5, 0.8, 0.7]), "max_step": 0.03,
+                        "centre": 0.5}
     # one blind robot placed by hand: at (0.1, 0.1), moving at full speed toward (0.5, 0.5)
     im_played = played["imitator"]
     im_played["sensed"][:, 0] = 0.5
