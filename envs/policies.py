@@ -66,10 +66,10 @@ def lloyd_clairvoyant(key: jax.Array, env: Coverage, state: CoverageState) -> ja
     return _toward(env, state.pos, target)
 
 
-def _decentralized_step(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
-    """Decentralized Lloyd's action: robot i's cell among itself and its comm-radius
-    neighbours, inside a square of half-side ``window`` around it (``None``: the whole
-    world), weighted by its own sensed map (:func:`_centroids`' fallbacks)."""
+def _own_cells(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
+    """``[N, G, G]`` robot i's decentralized cell: the cells no nearer to one of its
+    comm-radius neighbours than to it, inside a square of half-side ``window`` around it
+    (``None``: the whole world)."""
     d2 = env.sq_dists(state.pos)  # [N, G, G]
     adj = env.comm_graph(state) > 0
     c = env.cell_centres()
@@ -83,8 +83,13 @@ def _decentralized_step(env: Coverage, state: CoverageState, window: float | Non
         return cell & near(state.pos[i, 1])[:, None] & near(state.pos[i, 0])[None, :]
 
     # lax.map in chunks keeps memory at O(chunk * N * G^2), not O(N^2 * G^2).
-    mask = lax.map(own_cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
-    target = _centroids(env, state.pos, env.sensed(state), mask)
+    return lax.map(own_cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
+
+
+def _decentralized_step(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
+    """Decentralized Lloyd's action: robot i's cell (:func:`_own_cells`) weighted by its
+    own sensed map (:func:`_centroids`' fallbacks)."""
+    target = _centroids(env, state.pos, env.sensed(state), _own_cells(env, state, window))
     return _toward(env, state.pos, target)
 
 
@@ -116,12 +121,8 @@ def frontier_decentralized(key: jax.Array, env: Coverage, state: CoverageState) 
     neighbours than to it, as :func:`lloyd_decentralized`'s), reading only its own seen
     mask and its neighbours' positions; a robot that has sensed its whole cell stays."""
     del key
-    d2 = env.sq_dists(state.pos)  # [N, G, G]
-    adj = env.comm_graph(state) > 0
-    nearest_nbr = jax.vmap(lambda i: jnp.min(jnp.where(adj[i][:, None, None], d2, jnp.inf),
-                                             axis=0))(jnp.arange(env.num_agents))
-    unseen = (d2 <= nearest_nbr) & ~state.seen
-    score = jnp.where(unseen, d2, jnp.inf).reshape(env.num_agents, -1)
+    unseen = _own_cells(env, state, None) & ~state.seen
+    score = jnp.where(unseen, env.sq_dists(state.pos), jnp.inf).reshape(env.num_agents, -1)
     j = jnp.argmin(score, axis=-1)
     c = env.cell_centres()
     target = jnp.stack([c[j % env.grid_size], c[j // env.grid_size]], axis=-1)
