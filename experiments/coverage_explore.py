@@ -61,17 +61,18 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
 
     out: dict[str, dict[int, list[float]]] = {}
     for name, cover in (("decentralized Lloyd", lloyd), ("imitator", imitator)):
-        out[name] = {}
-        for k in explore_steps:
-            def act(key, obs, state, option, t, k=k, cover=cover):
+        def final_cost(key, k, cover=cover):  # k traced: one program per hand-over policy
+            def act(key, obs, state, option, t):
                 action, option = cover(key, obs, state, option, t)
                 explored = frontier_decentralized(key, env, state)
                 return jnp.where(t < k, explored, action), option
 
-            play_all = jax.jit(jax.vmap(lambda key, act=act: run_episode(
-                key, env, act, actor.initial_option(env.num_agents),
-                record=lambda o: o.metrics["coverage_cost"]).outs[-1]))
-            out[name][k] = np.asarray(play_all(keys)).tolist()
+            return run_episode(key, env, act, actor.initial_option(env.num_agents),
+                               record=lambda o: o.metrics["coverage_cost"]).outs[-1]
+
+        play_all = jax.jit(jax.vmap(final_cost, in_axes=(0, None)))
+        out[name] = {k: np.asarray(play_all(keys, jnp.int32(k))).tolist()
+                     for k in explore_steps}
     return out
 
 
