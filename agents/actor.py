@@ -70,6 +70,7 @@ class FeudalActor(eqx.Module):
     goal_dim: int = eqx.field(static=True)
     options: str = eqx.field(static=True)  # ActorConfig.options
     fixed_option: int = eqx.field(static=True)
+    option_schedule: tuple[int, ...] = eqx.field(static=True)  # ActorConfig.option_schedule
     selector_period: int = eqx.field(static=True)  # ActorConfig.selector_period
     option_ends: bool = eqx.field(static=True)  # ActorConfig.option_ends
     selector_input: str = eqx.field(static=True)  # ActorConfig.selector_input
@@ -104,7 +105,11 @@ class FeudalActor(eqx.Module):
         if config.options == "fixed" and config.fixed_option >= num_skills:
             raise ValueError(f"ActorConfig.fixed_option={config.fixed_option} but the env has "
                              f"{num_skills} options")
+        if any(o >= num_skills for o in config.option_schedule):
+            raise ValueError(f"ActorConfig.option_schedule={config.option_schedule} but the "
+                             f"env has {num_skills} options")
         self.options, self.fixed_option = config.options, config.fixed_option
+        self.option_schedule = tuple(config.option_schedule)
         self.selector_period = config.selector_period
         self.option_ends = config.option_ends
 
@@ -274,6 +279,11 @@ class FeudalActor(eqx.Module):
         shape, k = prev_skill.shape, self.num_skills
         if self.options == "fixed":
             new_skill = jnp.full(shape, self.fixed_option, jnp.int32)
+        elif self.options == "schedule":
+            d = jnp.minimum(jnp.asarray(t) // self.selector_period,
+                            len(self.option_schedule) - 1)
+            new_skill = jnp.broadcast_to(
+                jnp.asarray(self.option_schedule, jnp.int32)[d], shape)
         elif self.options == "uniform" or explore > 0:
             if key is None:
                 raise ValueError("random options (ActorConfig.options='uniform' or explore > "

@@ -12,7 +12,7 @@ from typing import Any
 from envs.validate import check_bool, check_int, check_ints, check_number
 
 ACTIVATIONS = ("relu", "tanh")  # what ActorConfig.activation may name
-OPTION_MODES = ("learned", "uniform", "fixed")  # what ActorConfig.options may name
+OPTION_MODES = ("learned", "uniform", "fixed", "schedule")  # what ActorConfig.options may name
 SELECTOR_INPUTS = ("embedding", "own", "both")  # what ActorConfig.selector_input may name
 
 
@@ -47,9 +47,14 @@ class ActorConfig:
     selector_input: str = "embedding"
     # how options are chosen at decision steps: "learned" (the SkillSelector's argmax),
     # "uniform" (uniformly at random: MAPPO-only's random-selector ablation) or "fixed"
-    # (always option ``fixed_option``: the single-option ablation)
+    # (always option ``fixed_option``: the single-option ablation) or "schedule" (the
+    # options of ``option_schedule``, one per decision, the same for every agent: e.g. an
+    # imitated executor's "explore, then cover", no selector read)
     options: str = "learned"
     fixed_option: int = 0  # options="fixed": the option every agent always holds
+    # options="schedule": the option every agent takes at the d-th decision
+    # (t // selector_period == d); the last one is held to the episode's end
+    option_schedule: tuple[int, ...] = ()
     # the feudal time scale: env steps between the selector's decisions (it decides at
     # t = 0 of every episode and whenever t % selector_period == 0; the option is held in
     # between). It belongs to the actor: MAPPO's collection, ES fitness episodes, the
@@ -112,6 +117,11 @@ class ActorConfig:
         if self.options not in OPTION_MODES:
             raise ValueError(f"{c}.options must be one of {OPTION_MODES}, got {self.options!r}")
         check_int(f"{c}.fixed_option", self.fixed_option, 0)
+        check_ints(f"{c}.option_schedule", self.option_schedule, 0, allow_empty=True)
+        if (self.options == "schedule") != bool(self.option_schedule):
+            raise ValueError(f"{c}.option_schedule is the options of options='schedule' (and "
+                             f"only of it): got options={self.options!r}, option_schedule="
+                             f"{self.option_schedule!r}")
         check_int(f"{c}.selector_period", self.selector_period, 1)
         check_bool(f"{c}.option_ends", self.option_ends)
         if self.activation not in ACTIVATIONS:

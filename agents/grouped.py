@@ -159,6 +159,10 @@ class GroupedActor(eqx.Module):
         return self.actors[0].fixed_option
 
     @property
+    def option_schedule(self) -> tuple[int, ...]:
+        return self.actors[0].option_schedule
+
+    @property
     def selector_period(self) -> int:
         return self.actors[0].selector_period
 

@@ -54,8 +54,8 @@ from experiments.training import (
 # fields (configs/coverage_lpac.json); the task, and so Lloyd, is the same
 SWEEP_SEEDS = (100, 101)
 EVAL_EPISODES = 64
-#: the sweep's probes: PretrainConfig fields over the defaults (the option fixed; the
-#: expert clairvoyant Lloyd unless a probe names another)
+#: the sweep's probes: PretrainConfig fields over the defaults (the option fixed, or a
+#: probe's schedule; the expert clairvoyant Lloyd unless a probe names another)
 PROBES: dict[str, dict[str, Any]] = {
     "coverage-study": dict(episodes=32, rounds=3, steps_per_round=300, clip_loss=True),
     "more-data": dict(episodes=128, rounds=4, steps_per_round=3000, clip_loss=True),
@@ -112,6 +112,17 @@ PROBES["explore-then-clairvoyant-wide-seen"] = dict(
 PROBES["dagger-8-rounds-memory-wide-seen"] = dict(
     episodes=64, val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7,
     patience=3, env_kwargs=dict(memory_size=8, seen_map=True), actor=_WIDE)
+# added 2026-12-06 after the three above (every probe is reported): the feudal split
+# itself. Two options, each imitating its own expert: "explore" the frontier explorer
+# (what the explore-first expert does for its first 15 steps), "cover" clairvoyant Lloyd,
+# held on a schedule (explore for the first selector period of 15 steps, then cover), so
+# that "cover" learns on the states exploration leaves. The window shows the sensed cells
+# (seen_map), which the explorer's target depends on
+PROBES["feudal-explore-cover-wide-seen"] = dict(
+    experts=["frontier", "lloyd_clairvoyant"], schedule=[0, 1], episodes=64,
+    val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
+    env_kwargs=dict(memory_size=8, seen_map=True),
+    actor={**_WIDE, "selector_period": 15})
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
@@ -153,8 +164,14 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
         **scaled_env(factor), **observe}, "seed": seed})
     env = resolve_env(config.env, config.env_kwargs)
     config = apply_env_defaults(config, env)[0]
-    _, expert = expert_policy(config.env, recipe.get("expert", EXPERT))
-    actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=COVER,
+    if recipe.get("schedule"):  # the feudal split: an expert per option, on a schedule
+        expert: Any = [expert_policy(config.env, e)[1] if e else None
+                       for e in recipe["experts"]]
+        holds = dict(options="schedule", option_schedule=tuple(recipe["schedule"]))
+    else:
+        expert = expert_policy(config.env, recipe.get("expert", EXPERT))[1]
+        holds = dict(options="fixed", fixed_option=COVER)
+    actor_cfg = dataclasses.replace(config.actor, **holds,
                                     **{k: tuple(v) if isinstance(v, list) else v
                                        for k, v in actor_fields.items()})
     actor = FeudalActor.from_env(jax.random.key(seed), env.core, actor_cfg)
@@ -167,8 +184,9 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
 
 
 def coverage_costs(actor: Any, env_kwargs: dict[str, Any], keys: Any) -> list[float]:
-    """Final J(T)/J(0) of ``actor`` (holding its fixed option) on each episode of ``keys``
-    in Coverage(**env_kwargs): the actor is per robot, so any robot count plays it."""
+    """Final J(T)/J(0) of ``actor`` (holding its fixed or scheduled options) on each
+    episode of ``keys`` in Coverage(**env_kwargs): the actor is per robot, so any robot
+    count plays it."""
     import jax
 
     from envs.coverage import Coverage

@@ -211,6 +211,11 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     env = resolve_env(cfg.env, cfg.env_kwargs)
     names = list(env.core.skill_names) if env.kind == "jax" else []
     option = recipe.option
+    if recipe.schedule and (args.option is not None or args.expert is not None):
+        raise ValueError(f"{args.recipe} imitates one expert per option on a schedule "
+                         f"(experts {list(recipe.experts)}, schedule "
+                         f"{list(recipe.schedule)}); --expert and --option name a single "
+                         "one: leave them out, or use a recipe without experts")
     if args.option is None:
         pass
     elif args.option in names:

@@ -13,6 +13,11 @@ only executor leaves move (``agents.executor_filter``). Each data round also col
 measured every few gradient steps (the validation curve), a round's training stops after
 ``patience`` measurements without a better one, and the round ends with the actor of its
 best validation loss (LPAC's train / validation split).
+The feudal split (``experts`` and ``schedule``): each option imitates its own expert
+(Coverage: "explore" the frontier explorer, "cover" clairvoyant Lloyd) while the executor
+follows an option schedule (``ActorConfig.options="schedule"``: "explore" for the first
+selector period, then "cover"), so each option learns on the states the schedule reaches,
+the learner's own after the first round, and a selector can later decide the switches.
 The result is saved as a checkpoint holding the actor, which a run starts from with
 ``TrainerConfig.init_from`` (MERL or MAPPO fine-tuning) — ``feudal-es pretrain``.
 """
@@ -20,7 +25,7 @@ The result is saved as a checkpoint holding the actor, which a run starts from w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -32,14 +37,14 @@ import optax
 
 from agents import FeudalActor, executor_filter
 from envs.base import SwarmEnv
-from envs.validate import check_bool, check_int, check_number
+from envs.validate import check_bool, check_int, check_ints, check_number
 from feudal_es import checkpoint
 
 if TYPE_CHECKING:
     from feudal_es.config import TrainerConfig
 
 __all__ = ["LR_SCHEDULES", "Imitation", "PretrainConfig", "expert_policy", "imitate",
-           "load_pretrained", "pretrain", "save_pretrained"]
+           "load_pretrained", "pretrain", "save_pretrained", "scheduled_expert"]
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -66,9 +71,31 @@ class PretrainConfig:
     # the clip: where the mean overshoots a bound its gradient is zero and the coordinate
     # stays stuck (the recipes swept before 2026-12-04 ran with it)
     clip_loss: bool = False
+    # the feudal split: each option's expert (a policy name of envs.gif.POLICIES, in the
+    # env's option order; "" for an option no one demonstrates) and the options every agent
+    # holds at successive decisions, the actor's selector_period apart (the last to the
+    # end). Both empty: ``expert`` demonstrates the one option ``option`` held throughout
+    experts: tuple[str, ...] = ()
+    schedule: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         c = type(self).__name__
+        for name in ("experts", "schedule"):  # a recipe file's JSON lists
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not isinstance(self.experts, tuple) or not all(
+                isinstance(e, str) for e in self.experts):
+            raise TypeError(f"{c}.experts must be a list of policy names, got "
+                            f"{self.experts!r}")
+        check_ints(f"{c}.schedule", self.schedule, 0, allow_empty=True)
+        if bool(self.experts) != bool(self.schedule):
+            raise ValueError(f"{c}.experts and {c}.schedule go together (one expert per "
+                             f"option, the options held in turn): got experts="
+                             f"{list(self.experts)}, schedule={list(self.schedule)}")
+        for o in self.schedule:
+            if o >= len(self.experts) or not self.experts[o]:
+                raise ValueError(f"{c}.schedule holds option {o}, which {c}.experts "
+                                 f"{list(self.experts)} gives no expert")
         for name, low in (("option", 0), ("episodes", 1), ("rounds", 1),
                           ("steps_per_round", 1), ("batch_size", 1), ("seed", 0),
                           ("val_episodes", 1), ("evals_per_round", 1), ("patience", 0)):
@@ -136,27 +163,69 @@ def expert_policy(env_id: str, name: str = "reference") -> tuple[str, Callable]:
     return resolve_policy(env_name, name)
 
 
-def _episodes(env: SwarmEnv, expert: Callable, actor: FeudalActor, key: jax.Array,
-              episodes: int, option: int, beta: float) -> dict[str, jax.Array]:
+#: an imitation's expert: one policy for the option held, or one per option (``None``
+#: where no option schedule reaches it)
+Expert = Callable | Sequence[Callable | None]
+
+
+def _labeller(env: SwarmEnv, expert: Expert) -> Callable:
+    """``label(key, state, option [N]) -> [N, ...]``: each agent's action by the expert
+    of the option it holds."""
+    if callable(expert):
+        return lambda key, state, option: expert(key, env, state)
+    experts = tuple(expert)
+
+    def label(key: jax.Array, state: Any, option: jax.Array) -> jax.Array:
+        acts = [e(key, env, state) if e is not None else None for e in experts]
+        like = next(a for a in acts if a is not None)
+        acts = jnp.stack([jnp.zeros_like(like) if a is None else a for a in acts])
+        return jnp.take_along_axis(acts, option.reshape(1, -1, *([1] * (like.ndim - 1))),
+                                   axis=0)[0]
+
+    return label
+
+
+def scheduled_expert(experts: Sequence[Callable | None], schedule: Sequence[int],
+                     period: int) -> Callable:
+    """The policy an option schedule of experts plays: at step ``state.t`` every agent
+    acts by the expert of ``schedule[min(t // period, len - 1)]`` (what :func:`imitate`
+    labels with, as one env policy; e.g. the reference row of :func:`pretrain`)."""
+    sched = jnp.asarray(schedule, jnp.int32)
+
+    def policy(key: jax.Array, env: SwarmEnv, state: Any) -> jax.Array:
+        o = sched[jnp.minimum(state.t // period, len(schedule) - 1)]
+        return _labeller(env, experts)(key, state, jnp.full((env.num_agents,), o))
+
+    return policy
+
+
+def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
+              episodes: int, beta: float) -> dict[str, jax.Array]:
     """``episodes`` rollouts in which each step the expert acts with probability ``beta``
-    (else the executor, deterministic): every visited (obs, adj) with the expert's label."""
-    fixed_option = jnp.full((env.num_agents,), option, jnp.int32)
+    (else the executor, deterministic), the options as the actor holds them (its
+    ``fixed_option`` or ``option_schedule``): every visited (obs, adj, option) with the
+    label of that option's expert."""
+    label_of = _labeller(env, expert)
 
     def one(key: jax.Array) -> dict[str, jax.Array]:
         k_reset, k_run = jax.random.split(key)
         obs, state = env.reset(k_reset)
 
-        def body(carry, k):
-            obs, state = carry
+        def body(carry, xs):
+            obs, state, prev = carry
+            t, k = xs
             k_exp, k_coin, k_env = jax.random.split(k, 3)
             adj = env.comm_graph(state)
-            label = expert(k_exp, env, state)
-            mine = actor.act(k_exp, obs, adj, fixed_option, deterministic=True).env_action
-            action = jnp.where(jax.random.uniform(k_coin) < beta, label, mine)
+            option, out = actor.step(k_exp, obs, adj, prev, t, deterministic=True)
+            label = label_of(k_exp, state, option)
+            action = jnp.where(jax.random.uniform(k_coin) < beta, label, out.env_action)
             obs2, state, _ = env.step(k_env, state, action)
-            return (obs2, state), {"obs": obs, "adj": adj, "label": label}
+            return (obs2, state, option), {"obs": obs, "adj": adj, "option": option,
+                                           "label": label}
 
-        return jax.lax.scan(body, (obs, state), jax.random.split(k_run, env.max_steps))[1]
+        xs = (jnp.arange(env.max_steps), jax.random.split(k_run, env.max_steps))
+        carry = (obs, state, actor.initial_option(env.num_agents))
+        return jax.lax.scan(body, carry, xs)[1]
 
     data = jax.vmap(one)(jax.random.split(key, episodes))
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)  # [episodes * T, ...]
@@ -176,21 +245,44 @@ class Imitation(NamedTuple):
         return min(p["val_loss"] for p in self.curve if p["round"] == last)
 
 
-def imitate(env: SwarmEnv, actor: FeudalActor, expert: Callable, cfg: PretrainConfig,
+def _check_options(actor: FeudalActor, expert: Expert, cfg: PretrainConfig) -> None:
+    """The actor must hold what ``cfg`` imitates: ``cfg.option`` fixed for one expert,
+    ``cfg.schedule`` for one expert per option (else the labels would belong to options
+    the executor does not hold)."""
+    if cfg.schedule:
+        ok = actor.options == "schedule" and actor.option_schedule == cfg.schedule
+        if callable(expert) or len(tuple(expert)) != actor.num_skills:
+            raise ValueError(f"PretrainConfig.schedule imitates one expert per option: give "
+                             f"{actor.num_skills} (None where no option needs one)")
+        want = f"options='schedule', option_schedule={cfg.schedule}"
+    else:
+        ok = actor.options == "fixed" and actor.fixed_option == cfg.option
+        if not callable(expert):
+            raise ValueError("one expert per option needs PretrainConfig.schedule")
+        want = f"options='fixed', fixed_option={cfg.option}"
+    if not ok:
+        raise ValueError(f"imitate: the actor must be built with {want}; it has options="
+                         f"{actor.options!r}, fixed_option={actor.fixed_option}, "
+                         f"option_schedule={actor.option_schedule}")
+
+
+def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConfig,
             progress: Callable[[dict[str, float]], None] | None = None) -> Imitation:
     """Behaviour cloning then DAgger with a validation split (see the module docstring).
+    ``expert``: the policy of ``cfg.option`` (the actor holding it fixed), or, with
+    ``cfg.schedule``, one per option (the actor following that schedule).
     ``progress`` is called with each point of the curve as it is measured and with
     ``{"round": r, "collected": samples}`` after each data round's collection."""
+    _check_options(actor, expert, cfg)
     tx = cfg.optimizer()
     filt = executor_filter(actor)
     opt = tx.init(eqx.filter(actor, filt))
-    fixed_option = jnp.full((env.num_agents,), cfg.option, jnp.int32)
     # one compiled collection per round: the training episodes, then the validation ones
     collect = eqx.filter_jit(lambda a, k, beta: _episodes(
-        env, expert, a, k, cfg.episodes + cfg.val_episodes, cfg.option, beta))
+        env, expert, a, k, cfg.episodes + cfg.val_episodes, beta))
 
     def sample_loss(a, sample):  # one swarm state: the mean over agents and action dims
-        out = a.act(jax.random.key(0), sample["obs"], sample["adj"], fixed_option,
+        out = a.act(jax.random.key(0), sample["obs"], sample["adj"], sample["option"],
                     deterministic=True)  # the action before the env's clip (clip_loss)
         act = out.env_action if cfg.clip_loss else out.action
         return jnp.mean(jnp.square(act - sample["label"]))
@@ -383,17 +475,37 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     # so that --set init_from=PATH fits it
     config = apply_env_defaults(config, env)[0]
     core = env.core
-    name, expert = expert_policy(config.env, cfg.expert)
+    skills = core.skill_names
+    if cfg.schedule:
+        if len(cfg.experts) != len(skills):
+            raise ValueError(f"PretrainConfig.experts names {len(cfg.experts)} experts; "
+                             f"{config.env} has {len(skills)} options ({', '.join(skills)})")
+        pairs = [expert_policy(config.env, e) if e else (None, None) for e in cfg.experts]
+        name = "+".join(n for n, _ in pairs if n)
+        expert: Expert = [p for _, p in pairs]
+        reference = scheduled_expert(expert, cfg.schedule, config.actor.selector_period)
+        actor_cfg = dataclasses.replace(config.actor, options="schedule",
+                                        option_schedule=cfg.schedule)
+        holding = (f"options {' -> '.join(repr(skills[o]) for o in cfg.schedule)}, "
+                   f"{config.actor.selector_period} steps each, each option imitating "
+                   + ", ".join(f"{n} ({skills[i]})" for i, (n, _) in enumerate(pairs) if n))
+    else:
+        if cfg.option >= len(skills):
+            raise ValueError(f"PretrainConfig.option={cfg.option}: {config.env} has "
+                             f"{len(skills)} options ({', '.join(skills)})")
+        name, expert = expert_policy(config.env, cfg.expert)
+        reference = expert
+        actor_cfg = dataclasses.replace(config.actor, options="fixed",
+                                        fixed_option=cfg.option)
+        holding = f"option {skills[cfg.option]!r}"
     path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX
     check_writable(path)
     for extra in curve_paths(path):
         check_writable(extra)
-    actor_cfg = dataclasses.replace(config.actor, options="fixed", fixed_option=cfg.option)
     actor = FeudalActor.from_env(jax.random.key(config.seed), core, actor_cfg)
-    log(f"feudal-es pretrain: imitating {name} on {config.env}, option "
-        f"{core.skill_names[cfg.option]!r}: {cfg.rounds} rounds (behaviour cloning, then "
-        f"DAgger) of {cfg.episodes} episodes (+ {cfg.val_episodes} for validation) and "
-        f"{cfg.steps_per_round} gradient steps")
+    log(f"feudal-es pretrain: imitating {name} on {config.env}, {holding}: {cfg.rounds} "
+        f"rounds (behaviour cloning, then DAgger) of {cfg.episodes} episodes (+ "
+        f"{cfg.val_episodes} for validation) and {cfg.steps_per_round} gradient steps")
     bar = _Progress(cfg, progress)
     try:
         result = imitate(core, actor, expert, cfg, bar)
@@ -406,13 +518,15 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
                                            keys))
     ret, metrics = ret[0], {k: v[0] for k, v in metrics.items()}
     ref = jax.device_get(jax.jit(jax.vmap(lambda k: run_episode(
-        k, core, stateless(expert, core), record=lambda o: o.metrics)))(keys))
+        k, core, stateless(reference, core), record=lambda o: o.metrics)))(keys))
     rows = {"imitator": {"team_return": float(np.mean(ret)),
                          **{k: float(np.mean(v)) for k, v in metrics.items()}},
             name: {"team_return": float(np.mean(ref.team_return)),
                    **{k: float(np.mean(v[:, -1])) for k, v in ref.outs.items()}}}
     saved = save_pretrained(path, result.actor, {
-        "env": config.env, "config": config.to_dict(), "expert": name, "option": cfg.option,
+        "env": config.env, "config": config.to_dict(), "expert": name,
+        **({"experts": list(cfg.experts), "schedule": list(cfg.schedule)} if cfg.schedule
+           else {"option": cfg.option}),
         "pretrain": dataclasses.asdict(cfg), "loss_first": result.losses[0],
         "loss_last": result.losses[-1], "val_loss": result.val_loss,
         "steps": len(result.losses), "heldout": rows})
