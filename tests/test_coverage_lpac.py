@@ -192,3 +192,40 @@ def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
     row = explore.summary([0.5, 1.5, 0.1], [0.4, 1.0, 0.2])
     assert row["worse"] == 1 and row["median"] == pytest.approx(0.5)
     assert row["minus_alone"] == pytest.approx((0.1 + 0.5 - 0.1) / 3)
+
+
+def test_the_options_diagnostic_replays_the_scheduled_experts_and_the_imitator_alone():
+    """Two of its pairings have oracles: scripted explore then clairvoyant Lloyd is the
+    scheduled experts' policy, learned then learned is the imitator's own rollout."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from agents import FeudalActor
+    from envs.coverage import Coverage
+    from envs.episode import run_episode, stateless
+    from envs.policies import frontier_decentralized, lloyd_clairvoyant
+    from experiments import coverage_options as options
+    from experiments.training import VALIDATION_SEED, heldout_keys
+    from feudal_es.config import COMPACT_ACTOR
+    from feudal_es.pretrain import scheduled_expert
+    from feudal_es.rollout import make_population_rollouts
+    from feudal_es.theta import selector_theta
+
+    env = Coverage(num_agents=3, max_steps=8, grid_size=8, map_size=4, num_features=3)
+    actor = FeudalActor.from_env(jax.random.key(0), env, dataclasses.replace(
+        COMPACT_ACTOR, options="schedule", option_schedule=(0, 1), selector_period=3))
+    played = options.play(actor, env, 4)
+    assert len(played) == len(options.EXPLORERS) * len(options.COVERS)
+    keys = heldout_keys(4, VALIDATION_SEED)
+    experts = scheduled_expert((frontier_decentralized, lloyd_clairvoyant), (0, 1), 3)
+    want = jax.vmap(lambda k: run_episode(k, env, stateless(experts, env), record=lambda o: (
+        o.metrics["coverage_cost"], o.metrics["sensed_fraction"])).outs)(keys)
+    got = played[f"{options.EXPLORERS[0]} | {options.COVERS[2]}"]
+    np.testing.assert_allclose(got["final"], want[0][:, -1], rtol=1e-5)
+    np.testing.assert_allclose(got["handover_cost"], want[0][:, 2], rtol=1e-5)
+    np.testing.assert_allclose(got["handover_sensed"], want[1][:, 2], rtol=1e-5)
+    _, metrics = make_population_rollouts(env, True)(actor, selector_theta(actor)[None], keys)
+    np.testing.assert_allclose(played[f"{options.EXPLORERS[1]} | {options.COVERS[1]}"]
+                               ["final"], metrics["coverage_cost"][0], rtol=1e-5)
