@@ -112,9 +112,13 @@ def test_pretrained_executor_is_within_1_5x_of_clairvoyant_lloyd():
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=64, val_episodes=16, rounds=3,
                          steps_per_round=1500, patience=3)
-    bc, losses, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve = imitate(env, actor, lloyd_clairvoyant, cfg)
     ours, expert = coverage_cost(env, bc), lloyd_cost(env)
-    assert losses[-1] < 0.5 * losses[0]
+    # the fit falls on one data set, behaviour cloning's: each DAgger round adds the
+    # imitator's own, harder states, so a later round's loss is not comparable with the
+    # first step's
+    bc_round = [p["train_loss"] for p in curve if p["round"] == 0]
+    assert bc_round[-1] < 0.5 * losses[0], (bc_round, losses[0])
     assert ours <= 1.5 * expert, (ours, expert)
     assert coverage_cost(env, actor) > 0.9
 
