@@ -66,6 +66,18 @@ def lloyd_clairvoyant(key: jax.Array, env: Coverage, state: CoverageState) -> ja
     return _toward(env, state.pos, target)
 
 
+def lloyd_own_map(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
+    """Lloyd step on each robot's own sensed map over its true Voronoi cell (all robots'
+    positions): an expert for imitation between clairvoyant and decentralized Lloyd. The
+    density it weighs is what the robot has sensed (its observation holds it); only the
+    cell needs the robots it cannot see. Where its cell holds no sensed mass it heads for
+    the cell's middle, as :func:`lloyd_decentralized` does."""
+    del key
+    mask, _ = env.voronoi(state.pos)
+    target = _centroids(env, state.pos, env.sensed(state), mask)
+    return _toward(env, state.pos, target)
+
+
 def _own_cells(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
     """``[N, G, G]`` robot i's decentralized cell: the cells no nearer to one of its
     comm-radius neighbours than to it, inside a square of half-side ``window`` around it

@@ -123,6 +123,20 @@ PROBES["feudal-explore-cover-wide-seen"] = dict(
     val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
     env_kwargs=dict(memory_size=8, seen_map=True),
     actor={**_WIDE, "selector_period": 15})
+# added 2026-12-06 after experiments.coverage_options found the learned "cover" is what
+# fails, and a scripted check (experiments.coverage_explore) that what clairvoyant Lloyd
+# knows beyond a robot's observation is mostly the cell (where the other robots are),
+# not the density: true density over the comm-neighbour cell 0.398, own sensed map over
+# the true cell 0.365, 0.279 after the explorer. An expert whose density the robot has
+# sensed (envs.policies.lloyd_own_map), alone and as the feudal split's "cover"
+PROBES["own-map-wide"] = dict(
+    expert="lloyd_own_map", episodes=64, val_episodes=16, rounds=8, steps_per_round=1500,
+    beta_decay=0.7, patience=3, env_kwargs=dict(memory_size=8), actor=_WIDE)
+PROBES["feudal-explore-own-map-wide-seen"] = dict(
+    experts=["frontier", "lloyd_own_map"], schedule=[0, 1], episodes=64,
+    val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
+    env_kwargs=dict(memory_size=8, seen_map=True),
+    actor={**_WIDE, "selector_period": 15})
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)

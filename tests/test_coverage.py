@@ -21,6 +21,7 @@ from envs.policies import (
     lloyd_clairvoyant,
     lloyd_decentralized,
     lloyd_decentralized_local,
+    lloyd_own_map,
     random_policy,
     rollout,
     rollout_metric,
@@ -357,6 +358,12 @@ def test_lloyd_policies_match_numpy_centroids(small):
     clairvoyant = jax.jit(lambda s: lloyd_clairvoyant(None, env, s))
     np.testing.assert_allclose(np.asarray(clairvoyant(s)),
                                np_toward(env, pos, target), rtol=1e-4, atol=1e-4)
+    # own sensed map, all robots' cells
+    own_map = jax.jit(lambda s: lloyd_own_map(None, env, s))
+    target = np_lloyd_target(env, pos, np.asarray(env.sensed(s)), [list(range(n))] * n)
+    np.testing.assert_allclose(np.asarray(own_map(s)), np_toward(env, pos, target),
+                               rtol=1e-4, atol=1e-4)
+    assert not np.allclose(own_map(s), clairvoyant(s), atol=1e-3)  # part is unsensed
     # decentralized: own sensed map, self + comm neighbours only
     members = [[i, *np.nonzero(adj[i])[0].tolist()] for i in range(n)]
     decentralized = jax.jit(lambda s: (lloyd_decentralized(None, env, s),
