@@ -254,6 +254,10 @@ def _check_options(actor: FeudalActor, expert: Expert, cfg: PretrainConfig) -> N
         if callable(expert) or len(tuple(expert)) != actor.num_skills:
             raise ValueError(f"PretrainConfig.schedule imitates one expert per option: give "
                              f"{actor.num_skills} (None where no option needs one)")
+        missing = sorted({o for o in cfg.schedule if tuple(expert)[o] is None})
+        if missing:
+            raise ValueError(f"the schedule {cfg.schedule} holds option(s) {missing}, "
+                             "whose expert is None")
         want = f"options='schedule', option_schedule={cfg.schedule}"
     else:
         ok = actor.options == "fixed" and actor.fixed_option == cfg.option

@@ -98,6 +98,8 @@ def test_two_option_imitation_moves_only_the_executor_and_refuses_mismatches(env
         imitate(env, fixed, EXPERTS, cfg)
     with pytest.raises(ValueError, match="one expert per option: give 2"):
         imitate(env, actor, lloyd_clairvoyant, cfg)
+    with pytest.raises(ValueError, match=r"holds option\(s\) \[0\], whose expert is None"):
+        imitate(env, actor, (None, lloyd_clairvoyant), cfg)
     with pytest.raises(ValueError, match=r"needs PretrainConfig\.schedule"):
         imitate(env, fixed, EXPERTS, PretrainConfig(option=COVER))
     with pytest.raises(ValueError, match=r"experts and PretrainConfig\.schedule go together"):
