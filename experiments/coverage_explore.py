@@ -4,11 +4,16 @@
 send a robot that has sensed nothing toward the world's centre, and that the episodes
 they lose are those where the team never senses much of the density. This check plays a
 scripted decentralized explorer for the first ``k`` steps of an episode and then hands
-over to decentralized Lloyd or to the Coverage study's imitator (holding "cover"):
+over to decentralized Lloyd, to the Coverage study's imitator (holding "cover") or to a
+Lloyd that knows more than a robot observes (which part of clairvoyant Lloyd's knowledge
+matters: the density, or the cell, i.e. where the other robots are):
 
 - the explorer (:func:`envs.policies.frontier_decentralized`): each robot steps toward
   the nearest cell it has not sensed inside its own decentralized cell (the cells no
   nearer to a comm neighbour than to it), using only what decentralized Lloyd uses;
+- own-map Lloyd (:func:`envs.policies.lloyd_own_map`): the robot's sensed map, its true
+  cell; :func:`true_density_comm_cell`: the true density, the cell decentralized Lloyd
+  takes (comm neighbours only); clairvoyant Lloyd: both true;
 - ``k = 0`` is the policy alone.
 
 It plays the sweeps' validation episodes (key 654,321), not the studies' held-out ones,
@@ -37,14 +42,30 @@ EXPLORE_STEPS = (0, 5, 10, 15, 20)
 WORSE = 1.0  # J(T)/J(0) above this: the episode ends worse than it started
 
 
+def true_density_comm_cell(key: Any, env: Any, state: Any) -> Any:
+    """Lloyd step on the true density over decentralized Lloyd's cell (the cells no nearer
+    to one of the robot's comm neighbours than to it): clairvoyant in density, blind to
+    the robots out of comm range."""
+    from envs.policies import _centroids, _own_cells, _toward
+
+    del key
+    cells = _own_cells(env, state, None)
+    return _toward(env, state.pos, _centroids(env, state.pos, state.density[None], cells))
+
+
 def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
          episodes: int = EPISODES) -> dict[str, dict[int, list[float]]]:
-    """``{"decentralized Lloyd" | "imitator": {k: per-episode J(T)/J(0)}}``."""
+    """``{hand-over policy: {k: per-episode J(T)/J(0)}}``."""
     import jax
     import jax.numpy as jnp
 
     from envs.episode import run_episode
-    from envs.policies import frontier_decentralized, lloyd_decentralized
+    from envs.policies import (
+        frontier_decentralized,
+        lloyd_clairvoyant,
+        lloyd_decentralized,
+        lloyd_own_map,
+    )
     from experiments.coverage import study_imitator
     from experiments.training import VALIDATION_SEED, heldout_keys
 
@@ -56,11 +77,16 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
                                  done=actor.options_done(env, state))
         return out.env_action, option
 
-    def lloyd(key, obs, state, option, t):
-        return lloyd_decentralized(key, env, state), option
+    def scripted(policy):
+        return lambda key, obs, state, option, t: (policy(key, env, state), option)
 
     out: dict[str, dict[int, list[float]]] = {}
-    for name, cover in (("decentralized Lloyd", lloyd), ("imitator", imitator)):
+    for name, cover in (("decentralized Lloyd", scripted(lloyd_decentralized)),
+                        ("imitator", imitator),
+                        ("own-map Lloyd (true cell)", scripted(lloyd_own_map)),
+                        ("true density, comm-neighbour cell",
+                         scripted(true_density_comm_cell)),
+                        ("clairvoyant Lloyd", scripted(lloyd_clairvoyant))):
         def final_cost(key, k, cover=cover):  # k traced: one program per hand-over policy
             def act(key, obs, state, option, t):
                 action, option = cover(key, obs, state, option, t)

@@ -167,6 +167,7 @@ def test_the_tails_diagnostic_counts_what_a_hand_count_does():
 
 
 def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
+    import jax
     import jax.numpy as jnp
     import numpy as np
 
@@ -189,6 +190,19 @@ def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
         # neighbour (comm 1.5) that cell is robot 0's, and robot 1 has seen its own: stays
         action = np.asarray(frontier_decentralized(None, env, state))
         np.testing.assert_allclose(action, expected, atol=1e-5)
+    # the true density over the comm cell: decentralized Lloyd once every cell is sensed,
+    # clairvoyant Lloyd once every robot is every other's neighbour; neither before
+    from envs.policies import lloyd_clairvoyant, lloyd_decentralized
+
+    for comm in (0.3, 1.5):
+        env = Coverage(num_agents=3, grid_size=8, map_size=4, num_features=2, max_steps=5,
+                       comm_radius=comm)
+        _, state = env.reset(jax.random.key(3))
+        ours = np.asarray(explore.true_density_comm_cell(None, env, state))
+        np.testing.assert_allclose(ours, lloyd_decentralized(
+            None, env, state._replace(seen=jnp.ones_like(state.seen))), atol=1e-5)
+        assert np.allclose(ours, lloyd_clairvoyant(None, env, state), atol=1e-5) == (comm > 1)
+        assert not np.allclose(ours, lloyd_decentralized(None, env, state), atol=1e-3)
     row = explore.summary([0.5, 1.5, 0.1], [0.4, 1.0, 0.2])
     assert row["worse"] == 1 and row["median"] == pytest.approx(0.5)
     assert row["minus_alone"] == pytest.approx((0.1 + 0.5 - 0.1) / 3)
