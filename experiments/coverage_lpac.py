@@ -124,11 +124,10 @@ PROBES["feudal-explore-cover-wide-seen"] = dict(
     env_kwargs=dict(memory_size=8, seen_map=True),
     actor={**_WIDE, "selector_period": 15})
 # added 2026-12-06 after experiments.coverage_options found the learned "cover" is what
-# fails, and a scripted check (experiments.coverage_explore) that what clairvoyant Lloyd
-# knows beyond a robot's observation is mostly the cell (where the other robots are),
-# not the density: true density over the comm-neighbour cell 0.398, own sensed map over
-# the true cell 0.365, 0.279 after the explorer. An expert whose density the robot has
-# sensed (envs.policies.lloyd_own_map), alone and as the feudal split's "cover"
+# fails, and a scripted check (experiments.coverage_explore; figures in the README) that
+# what clairvoyant Lloyd knows beyond a robot's observation is mostly the cell (where the
+# other robots are), not the density. An expert whose density the robot has sensed
+# (envs.policies.lloyd_own_map), alone and as the feudal split's "cover"
 PROBES["own-map-wide"] = dict(
     expert="lloyd_own_map", episodes=64, val_episodes=16, rounds=8, steps_per_round=1500,
     beta_decay=0.7, patience=3, env_kwargs=dict(memory_size=8), actor=_WIDE)
