@@ -240,8 +240,9 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     print(f"loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g} in {len(result.losses)} "
           f"steps, validation loss {result.val_loss:.4g}; on {args.eval_episodes} held-out "
           f"episodes (seed {args.eval_seed}):")
+    width = max(20, *map(len, rows))
     for who, row in rows.items():
-        print(f"  {who:20s} " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()))
+        print(f"  {who:{width}s} " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()))
     print(f"validation curve: {', '.join(str(p) for p in curve_paths(out) if p.exists())}")
     print(f"pretrained actor: {out} (start a run from it with --set init_from={out})")
     return 0

@@ -188,9 +188,9 @@ def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
 
 
 def test_the_progress_bar_counts_each_chunk_and_ends_full_after_early_stops():
-    from feudal_es.pretrain import _Progress
+    from feudal_es.pretrain_curve import ImitationProgress
 
-    bar = _Progress(PretrainConfig(rounds=2, steps_per_round=10, evals_per_round=2), True)
+    bar = ImitationProgress(PretrainConfig(rounds=2, steps_per_round=10, evals_per_round=2), True)
     bar({"round": 0, "collected": 5})
     bar({"round": 0, "step": 5, "train_loss": 0.1, "val_loss": 0.2})  # round 0 stops early
     bar({"round": 1, "collected": 10})
