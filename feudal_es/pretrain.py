@@ -414,8 +414,9 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
         reference = scheduled_expert(expert, cfg.schedule, config.actor.selector_period)
         actor_cfg = dataclasses.replace(config.actor, options="schedule",
                                         option_schedule=cfg.schedule)
-        holding = (f"options {' -> '.join(repr(skills[o]) for o in cfg.schedule)}, "
-                   f"{config.actor.selector_period} steps each, each option imitating "
+        holding = (f"options {' -> '.join(repr(skills[o]) for o in cfg.schedule)} (the "
+                   f"next every {config.actor.selector_period} steps, the last held to the "
+                   "end), each option imitating "
                    + ", ".join(f"{n} ({skills[i]})" for i, (n, _) in enumerate(pairs) if n))
     else:
         if cfg.option >= len(skills):

@@ -127,7 +127,7 @@ def test_pretrain_command_imitates_a_schedule_recipe_and_refuses_a_single_expert
             *[f"--set=actor.{k}={json.dumps(v)}" for k, v in small.items()]]
     assert cli.main(argv) == 0, capsys.readouterr().err
     text = capsys.readouterr().out
-    assert "options 'explore' -> 'cover', 2 steps each" in text
+    assert "options 'explore' -> 'cover' (the next every 2 steps" in text
     assert "frontier+lloyd_clairvoyant" in text  # the reference row: the scheduled experts
     meta = read_metadata(out)
     assert meta["experts"] == ["frontier", "lloyd_clairvoyant"] and meta["schedule"] == [0, 1]
