@@ -38,6 +38,8 @@ class CoverageState(NamedTuple):
     cell_cost: jax.Array  # [N] float32 each robot's own Voronoi-cell cost at ``pos``
     cost0: jax.Array  # [] float32 coverage cost J at reset (normaliser of the metric)
     t: jax.Array  # [] int32 steps taken in this episode
+    met: jax.Array  # [N, N] bool robot j has been within robot i's comm radius
+    met_pos: jax.Array  # [N, N, 2] float32 where robot i last had robot j in range (0: never)
 
 
 class Coverage(SwarmEnv):
@@ -71,12 +73,15 @@ class Coverage(SwarmEnv):
       outside the world (1 outside, 0 inside). With ``seen_map`` a last channel holds
       the share of the pixel's cells the robot has sensed (an unsensed cell and a sensed
       empty one both read 0 on the density channel). ``num_channels`` gives C.
-    - ``"memory"`` ``[N, 2, memory_size, memory_size]`` float32, only with
+    - ``"memory"`` ``[N, 2 (3), memory_size, memory_size]`` float32, only with
       ``memory_size > 0``: the robot's whole sensed map (what decentralized Lloyd weighs
       its centroid by) and its seen mask, over the whole world (world frame, rows = y),
       averaged over ``memory_size`` near-equal blocks of cells a side (any grid size, so
       an actor transfers to a larger world). LPAC's robots keep such a map; the window
-      above shows only its neighbourhood.
+      above shows only its neighbourhood. With ``neighbour_memory`` a third channel holds
+      the robots it remembers, each where it last had it within comm range
+      (``met_pos``), as a count per cell averaged over the same blocks: what a robot
+      knows of its Voronoi cell beyond its current neighbours.
     - ``"vec"`` ``[N, 2]`` float32: position / world_size, in [0, 1]^2; with ``time_obs``
       ``[N, 3]``, the episode's elapsed share ``t / max_steps`` last (a fixed-length
       episode's policy may depend on the time left: Pardo et al., "Time Limits in
@@ -132,6 +137,7 @@ class Coverage(SwarmEnv):
     memory_size: int = eqx.field(static=True)
     time_obs: bool = eqx.field(static=True)
     seen_map: bool = eqx.field(static=True)
+    neighbour_memory: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -152,6 +158,7 @@ class Coverage(SwarmEnv):
         memory_size: int = 0,
         time_obs: bool = False,
         seen_map: bool = False,
+        neighbour_memory: bool = False,
     ):
         """Validate and store the configuration (all lengths in world units).
 
@@ -175,6 +182,8 @@ class Coverage(SwarmEnv):
           time_obs: append ``t / max_steps`` to each robot's ``"vec"``.
           seen_map: add a channel to ``"maps"``: which of the window's cells the robot
             has sensed.
+          neighbour_memory: add a channel to ``"memory"`` (needs ``memory_size``): the
+            robots the robot remembers, where it last had each within comm range.
         """
         self.num_agents = check_positive_int("num_agents", num_agents)
         self.grid_size = check_positive_int("grid_size", grid_size, minimum=2)
@@ -195,6 +204,12 @@ class Coverage(SwarmEnv):
         if not isinstance(seen_map, bool):
             raise TypeError(f"seen_map must be a bool, got {seen_map!r}")
         self.seen_map = seen_map
+        if not isinstance(neighbour_memory, bool):
+            raise TypeError(f"neighbour_memory must be a bool, got {neighbour_memory!r}")
+        if neighbour_memory and not memory_size:
+            raise ValueError("neighbour_memory is a channel of the memory observation: set "
+                             "memory_size > 0 too")
+        self.neighbour_memory = neighbour_memory
         self.world_size = check_positive_float("world_size", world_size)
         self.max_speed = check_positive_float("max_speed", max_speed)
         self.comm_radius = check_positive_float("comm_radius", comm_radius)
@@ -323,9 +338,11 @@ class Coverage(SwarmEnv):
         density = self._density(u[: 4 * f].reshape(f, 4))
         pos = u[4 * f :].reshape(n, 2) * self.world_size
         cell_cost = self.cell_costs(density, pos)
+        met, met_pos = self.meet(jnp.zeros((n, n), bool), jnp.zeros((n, n, 2)), pos)
         state = CoverageState(pos=pos, density=density, seen=self.sensor_mask(pos),
                               cell_cost=cell_cost,
-                              cost0=jnp.sum(cell_cost), t=jnp.zeros((), jnp.int32))
+                              cost0=jnp.sum(cell_cost), t=jnp.zeros((), jnp.int32),
+                              met=met, met_pos=met_pos)
         return self.observe(state), state
 
     def step(
@@ -338,8 +355,10 @@ class Coverage(SwarmEnv):
         seen = state.seen | self.sensor_mask(pos)
         credit, cell_cost = self.cover_credit(state.density, state.pos, pos)
         t = state.t + 1
+        met, met_pos = self.meet(state.met, state.met_pos, pos)
         next_state = CoverageState(pos=pos, density=state.density, seen=seen,
-                                   cell_cost=cell_cost, cost0=state.cost0, t=t)
+                                   cell_cost=cell_cost, cost0=state.cost0, t=t, met=met,
+                                   met_pos=met_pos)
 
         total_mass = jnp.sum(state.density)
         new = seen & ~state.seen
@@ -398,9 +417,21 @@ class Coverage(SwarmEnv):
             return {"maps": maps, "vec": vec}
         avg = jnp.asarray(_block_means(self.grid_size, self.memory_size))  # [M, G]
         coarse = lambda x: jnp.einsum("rg,ngh,ch->nrc", avg, x, avg)
-        memory = jnp.stack([coarse(self.sensed(state)),
-                            coarse(state.seen.astype(jnp.float32))], axis=1)
-        return {"maps": maps, "memory": memory, "vec": vec}
+        channels = [coarse(self.sensed(state)), coarse(state.seen.astype(jnp.float32))]
+        if self.neighbour_memory:
+            ix = self.cell_index(state.met_pos)  # [N, N, 2]
+            onehot = lambda i: jax.nn.one_hot(i, self.grid_size, dtype=jnp.float32)
+            known = jnp.einsum("ij,ijy,ijx->iyx", state.met.astype(jnp.float32),
+                               onehot(ix[..., 1]), onehot(ix[..., 0]))
+            channels.append(coarse(known))
+        return {"maps": maps, "memory": jnp.stack(channels, axis=1), "vec": vec}
+
+    def meet(self, met: jax.Array, met_pos: jax.Array, pos: jax.Array
+             ) -> tuple[jax.Array, jax.Array]:
+        """``(met, met_pos)`` after the robots at ``pos``: each pair within comm radius
+        meets, and each robot keeps where it last had every other in range."""
+        adj = self.comm_graph_from(pos) > 0
+        return met | adj, jnp.where(adj[..., None], pos[None, :, :], met_pos)
 
     def _neighbour_maps(self, pos: jax.Array, idx: jax.Array) -> jax.Array:
         """``[N, K, m, m]`` neighbours within comm radius drawn in each robot's window.

@@ -37,6 +37,7 @@ POLICIES: dict[str, dict[str, str]] = {
         "lloyd_clairvoyant": "envs.policies:lloyd_clairvoyant",
         "lloyd_local": "envs.policies:lloyd_decentralized_local",
         "lloyd_own_map": "envs.policies:lloyd_own_map",
+        "lloyd_memory": "envs.policies:lloyd_memory",
         "frontier": "envs.policies:frontier_decentralized",
         "explore_then_clairvoyant": "envs.policies:explore_then_clairvoyant",
         "random": "envs.policies:random_policy",

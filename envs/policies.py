@@ -127,6 +127,32 @@ def lloyd_decentralized_local(key: jax.Array, env: Coverage, state: CoverageStat
     return _decentralized_step(env, state, env.comm_radius)
 
 
+def _remembered_cells(env: Coverage, state: CoverageState) -> jax.Array:
+    """``[N, G, G]`` robot i's cell as its memory draws it: the cells no nearer to a robot
+    it has met (at the place it last had it in comm range, ``state.met_pos``) than to
+    itself."""
+    d2 = env.sq_dists(state.pos)  # [N, G, G]
+    c = env.cell_centres()
+
+    def cell(i):
+        dx = (c[None, None, :] - state.met_pos[i, :, 0, None, None]) ** 2  # [N, 1, G]
+        dy = (c[None, :, None] - state.met_pos[i, :, 1, None, None]) ** 2  # [N, G, 1]
+        nearest = jnp.min(jnp.where(state.met[i][:, None, None], dx + dy, jnp.inf), axis=0)
+        return d2[i] <= nearest
+
+    return lax.map(cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
+
+
+def lloyd_memory(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
+    """Lloyd step on each robot's own sensed map over the cell its memory of the others
+    draws (:func:`_remembered_cells`: every robot it has met, where it last had it in comm
+    range): decentralized, since a robot learns another's place only by meeting it, and
+    what ``Coverage(neighbour_memory=True)`` lets a robot observe."""
+    del key
+    target = _centroids(env, state.pos, env.sensed(state), _remembered_cells(env, state))
+    return _toward(env, state.pos, target)
+
+
 def frontier_decentralized(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
     """Decentralized exploration: each robot steps toward the nearest cell it has not
     sensed inside its own decentralized cell (the cells no nearer to one of its comm

@@ -13,7 +13,9 @@ matters: the density, or the cell, i.e. where the other robots are):
   nearer to a comm neighbour than to it), using only what decentralized Lloyd uses;
 - own-map Lloyd (:func:`envs.policies.lloyd_own_map`): the robot's sensed map, its true
   cell; :func:`true_density_comm_cell`: the true density, the cell decentralized Lloyd
-  takes (comm neighbours only); clairvoyant Lloyd: both true;
+  takes (comm neighbours only); clairvoyant Lloyd: both true; memory Lloyd
+  (:func:`envs.policies.lloyd_memory`): the robot's sensed map, the cell its memory of
+  the robots it has met draws (decentralized);
 - ``k = 0`` is the policy alone.
 
 It plays the sweeps' validation episodes (key 654,321), not the studies' held-out ones,
@@ -64,6 +66,7 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
         frontier_decentralized,
         lloyd_clairvoyant,
         lloyd_decentralized,
+        lloyd_memory,
         lloyd_own_map,
     )
     from experiments.coverage import study_imitator
@@ -86,7 +89,8 @@ def play(path: Path, explore_steps: Sequence[int] = EXPLORE_STEPS,
                         ("own-map Lloyd (true cell)", scripted(lloyd_own_map)),
                         ("true density, comm-neighbour cell",
                          scripted(true_density_comm_cell)),
-                        ("clairvoyant Lloyd", scripted(lloyd_clairvoyant))):
+                        ("clairvoyant Lloyd", scripted(lloyd_clairvoyant)),
+                        ("memory Lloyd (remembered cell)", scripted(lloyd_memory))):
         def final_cost(key, k, cover=cover):  # k traced: one program per hand-over policy
             def act(key, obs, state, option, t):
                 action, option = cover(key, obs, state, option, t)

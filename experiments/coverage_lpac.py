@@ -136,6 +136,15 @@ PROBES["feudal-explore-own-map-wide-seen"] = dict(
     val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
     env_kwargs=dict(memory_size=8, seen_map=True),
     actor={**_WIDE, "selector_period": 15})
+# added 2026-12-06 after those: the cell from what a robot can know, its memory of where
+# it last met each other robot (Coverage(neighbour_memory=True), a memory channel), and
+# an expert that uses only that and its own sensed map (envs.policies.lloyd_memory) as
+# the feudal split's "cover" (scripted, after the explorer: experiments.coverage_explore)
+PROBES["feudal-explore-memory-wide-seen"] = dict(
+    experts=["frontier", "lloyd_memory"], schedule=[0, 1], episodes=64,
+    val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
+    env_kwargs=dict(memory_size=8, seen_map=True, neighbour_memory=True),
+    actor={**_WIDE, "selector_period": 15})
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)

@@ -21,6 +21,7 @@ from envs.policies import (
     lloyd_clairvoyant,
     lloyd_decentralized,
     lloyd_decentralized_local,
+    lloyd_memory,
     lloyd_own_map,
     random_policy,
     rollout,
@@ -512,3 +513,54 @@ def test_256_agents_reset_step_and_paper_scale_shapes():
 def test_bad_constructor_args_raise_naming_the_arg(kwargs, exc, name):
     with pytest.raises(exc, match=name):
         Coverage(**kwargs)
+
+
+def test_each_robot_remembers_where_it_last_met_the_others_and_observes_it():
+    """``met`` / ``met_pos`` against a numpy loop over the episode, the memory channel
+    against a hand count of remembered robots per cell (block-averaged as the other
+    channels), and Lloyd over the remembered cell against its two limits: decentralized
+    Lloyd when a robot remembers only its current neighbours, Lloyd on its own map over
+    the true cell when it remembers every robot where it is now."""
+    from envs.coverage import _block_means
+
+    env = Coverage(num_agents=4, grid_size=8, map_size=4, num_features=2, max_steps=8,
+                   max_speed=0.2, comm_radius=0.35, memory_size=4, neighbour_memory=True)
+    step = jax.jit(env.step)
+    obs, s = env.reset(jax.random.key(5))
+    rng = np.random.default_rng(0)
+    met, met_pos = np.zeros((4, 4), bool), np.zeros((4, 4, 2), np.float32)
+    avg = _block_means(env.grid_size, env.memory_size)
+    for _ in range(env.max_steps):
+        pos = np.asarray(s.pos)
+        adj = np_comm(pos, env.comm_radius) > 0
+        met |= adj
+        for i, j in zip(*np.nonzero(adj), strict=True):
+            met_pos[i, j] = pos[j]
+        np.testing.assert_array_equal(s.met, met)
+        np.testing.assert_allclose(s.met_pos, met_pos, rtol=1e-6)
+        known = np.zeros((4, env.grid_size, env.grid_size))
+        for i, j in zip(*np.nonzero(met), strict=True):
+            ix, iy = np.clip((met_pos[i, j] / env.cell).astype(int), 0, env.grid_size - 1)
+            known[i, iy, ix] += 1
+        np.testing.assert_allclose(obs["memory"][:, 2],
+                                   np.einsum("rg,ngh,ch->nrc", avg, known, avg), atol=1e-6)
+        obs, s, _ = step(None, s, rng.uniform(-1, 1, (4, 2)).astype(np.float32))
+    assert met.any() and not met.all()  # robots met and parted: the memory is not trivial
+    assert obs["memory"].shape == (4, 3, 4, 4)
+
+    pos = np.asarray(s.pos)
+    here = np.broadcast_to(pos[None], (4, 4, 2))
+    now = s._replace(met=jnp.asarray(np_comm(pos, env.comm_radius) > 0),
+                     met_pos=jnp.asarray(here))
+    everyone = s._replace(met=jnp.asarray(~np.eye(4, dtype=bool)), met_pos=jnp.asarray(here))
+    np.testing.assert_allclose(lloyd_memory(None, env, now), lloyd_decentralized(None, env, now),
+                               atol=1e-5)
+    np.testing.assert_allclose(lloyd_memory(None, env, everyone),
+                               lloyd_own_map(None, env, everyone), atol=1e-5)
+    assert not np.allclose(lloyd_memory(None, env, s), lloyd_decentralized(None, env, s),
+                           atol=1e-3)  # the memory changes the cell
+
+    with pytest.raises(ValueError, match="set memory_size > 0 too"):
+        Coverage(num_agents=2, neighbour_memory=True)
+    with pytest.raises(TypeError, match="neighbour_memory must be a bool"):
+        Coverage(num_agents=2, memory_size=4, neighbour_memory=1)
