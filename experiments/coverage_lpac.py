@@ -118,11 +118,19 @@ PROBES["dagger-8-rounds-memory-wide-seen"] = dict(
 # held on a schedule (explore for the first selector period of 15 steps, then cover), so
 # that "cover" learns on the states exploration leaves. The window shows the sensed cells
 # (seen_map), which the explorer's target depends on
-PROBES["feudal-explore-cover-wide-seen"] = dict(
-    experts=["frontier", "lloyd_clairvoyant"], schedule=[0, 1], episodes=64,
-    val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
-    env_kwargs=dict(memory_size=8, seen_map=True),
-    actor={**_WIDE, "selector_period": 15})
+
+
+def _feudal(cover: str, **observe: Any) -> dict[str, Any]:
+    """A feudal-split probe: "explore" imitates the frontier explorer for the first 15
+    steps, "cover" imitates ``cover`` after them; the chosen probe's data, rounds and
+    wide actor, the seen channel, and ``observe`` (more of what the robots observe)."""
+    return dict(experts=["frontier", cover], schedule=[0, 1], episodes=64,
+                val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7,
+                patience=3, env_kwargs=dict(memory_size=8, seen_map=True, **observe),
+                actor={**_WIDE, "selector_period": 15})
+
+
+PROBES["feudal-explore-cover-wide-seen"] = _feudal("lloyd_clairvoyant")
 # added 2026-12-06 after experiments.coverage_options found the learned "cover" is what
 # fails, and a scripted check (experiments.coverage_explore; figures in the README) that
 # what clairvoyant Lloyd knows beyond a robot's observation is mostly the cell (where the
@@ -131,20 +139,12 @@ PROBES["feudal-explore-cover-wide-seen"] = dict(
 PROBES["own-map-wide"] = dict(
     expert="lloyd_own_map", episodes=64, val_episodes=16, rounds=8, steps_per_round=1500,
     beta_decay=0.7, patience=3, env_kwargs=dict(memory_size=8), actor=_WIDE)
-PROBES["feudal-explore-own-map-wide-seen"] = dict(
-    experts=["frontier", "lloyd_own_map"], schedule=[0, 1], episodes=64,
-    val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
-    env_kwargs=dict(memory_size=8, seen_map=True),
-    actor={**_WIDE, "selector_period": 15})
+PROBES["feudal-explore-own-map-wide-seen"] = _feudal("lloyd_own_map")
 # added 2026-12-06 after those: the cell from what a robot can know, its memory of where
 # it last met each other robot (Coverage(neighbour_memory=True), a memory channel), and
 # an expert that uses only that and its own sensed map (envs.policies.lloyd_memory) as
 # the feudal split's "cover" (scripted, after the explorer: experiments.coverage_explore)
-PROBES["feudal-explore-memory-wide-seen"] = dict(
-    experts=["frontier", "lloyd_memory"], schedule=[0, 1], episodes=64,
-    val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7, patience=3,
-    env_kwargs=dict(memory_size=8, seen_map=True, neighbour_memory=True),
-    actor={**_WIDE, "selector_period": 15})
+PROBES["feudal-explore-memory-wide-seen"] = _feudal("lloyd_memory", neighbour_memory=True)
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
