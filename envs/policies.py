@@ -78,24 +78,33 @@ def lloyd_own_map(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Ar
     return _toward(env, state.pos, target)
 
 
-def _own_cells(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
-    """``[N, G, G]`` robot i's decentralized cell: the cells no nearer to one of its
-    comm-radius neighbours than to it, inside a square of half-side ``window`` around it
-    (``None``: the whole world)."""
-    d2 = env.sq_dists(state.pos)  # [N, G, G]
-    adj = env.comm_graph(state) > 0
+def _cells(env: Coverage, pos: jax.Array, known: jax.Array, known_pos: jax.Array,
+           window: float | None = None) -> jax.Array:
+    """``[N, G, G]`` robot i's cell as it can draw it: the cells no nearer to a robot it
+    knows (``known[i, j]``, placed at ``known_pos[i, j]``) than to itself, inside a square
+    of half-side ``window`` around it (``None``: the whole world)."""
+    d2 = env.sq_dists(pos)  # [N, G, G]
     c = env.cell_centres()
 
-    def own_cell(i):
-        nearest_nbr = jnp.min(jnp.where(adj[i][:, None, None], d2, jnp.inf), axis=0)
-        cell = d2[i] <= nearest_nbr  # [G, G]
+    def cell(i):
+        others = env.sq_dists(known_pos[i])  # [N, G, G]
+        nearest = jnp.min(jnp.where(known[i][:, None, None], others, jnp.inf), axis=0)
+        cell = d2[i] <= nearest  # [G, G]
         if window is None:
             return cell
         near = lambda x: jnp.abs(c - x) <= window  # [G] along one axis
-        return cell & near(state.pos[i, 1])[:, None] & near(state.pos[i, 0])[None, :]
+        return cell & near(pos[i, 1])[:, None] & near(pos[i, 0])[None, :]
 
     # lax.map in chunks keeps memory at O(chunk * N * G^2), not O(N^2 * G^2).
-    return lax.map(own_cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
+    return lax.map(cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
+
+
+def _own_cells(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
+    """``[N, G, G]`` robot i's decentralized cell: the cells no nearer to one of its
+    comm-radius neighbours than to it (:func:`_cells`), inside a square of half-side
+    ``window`` around it (``None``: the whole world)."""
+    here = jnp.broadcast_to(state.pos[None], (env.num_agents, *state.pos.shape))
+    return _cells(env, state.pos, env.comm_graph(state) > 0, here, window)
 
 
 def _decentralized_step(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
@@ -127,29 +136,14 @@ def lloyd_decentralized_local(key: jax.Array, env: Coverage, state: CoverageStat
     return _decentralized_step(env, state, env.comm_radius)
 
 
-def _remembered_cells(env: Coverage, state: CoverageState) -> jax.Array:
-    """``[N, G, G]`` robot i's cell as its memory draws it: the cells no nearer to a robot
-    it has met (at the place it last had it in comm range, ``state.met_pos``) than to
-    itself."""
-    d2 = env.sq_dists(state.pos)  # [N, G, G]
-    c = env.cell_centres()
-
-    def cell(i):
-        dx = (c[None, None, :] - state.met_pos[i, :, 0, None, None]) ** 2  # [N, 1, G]
-        dy = (c[None, :, None] - state.met_pos[i, :, 1, None, None]) ** 2  # [N, G, 1]
-        nearest = jnp.min(jnp.where(state.met[i][:, None, None], dx + dy, jnp.inf), axis=0)
-        return d2[i] <= nearest
-
-    return lax.map(cell, jnp.arange(env.num_agents), batch_size=min(env.num_agents, 16))
-
-
 def lloyd_memory(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Array:
     """Lloyd step on each robot's own sensed map over the cell its memory of the others
-    draws (:func:`_remembered_cells`: every robot it has met, where it last had it in comm
+    draws (:func:`_cells` of every robot it has met, where it last had it in comm
     range): decentralized, since a robot learns another's place only by meeting it, and
     what ``Coverage(neighbour_memory=True)`` lets a robot observe."""
     del key
-    target = _centroids(env, state.pos, env.sensed(state), _remembered_cells(env, state))
+    cells = _cells(env, state.pos, state.met, state.met_pos)
+    target = _centroids(env, state.pos, env.sensed(state), cells)
     return _toward(env, state.pos, target)
 
 
