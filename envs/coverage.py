@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from envs.base import EnvOut, Obs, SwarmEnv, check_positive_float, check_positive_int
+from envs.coverage_memory import MEMORY_FRAMES, memory_maps
 from envs.render import AGENT_COLOR, HEAT_COLOR, LINK_COLOR, draw_swarm
 
 _NEIGHBOUR_MODES = ("count", "xy")
@@ -81,7 +82,10 @@ class Coverage(SwarmEnv):
       above shows only its neighbourhood. With ``neighbour_memory`` a third channel holds
       the robots it remembers, each where it last had it within comm range
       (``met_pos``), as a count per cell averaged over the same blocks: what a robot
-      knows of its Voronoi cell beyond its current neighbours.
+      knows of its Voronoi cell beyond its current neighbours. With
+      ``memory_frame="robot"`` the maps are re-centred on the robot (over ``2 G`` cells a
+      side) and a last channel holds the share of each pixel outside the world
+      (:mod:`envs.coverage_memory`).
     - ``"vec"`` ``[N, 2]`` float32: position / world_size, in [0, 1]^2; with ``time_obs``
       ``[N, 3]``, the episode's elapsed share ``t / max_steps`` last (a fixed-length
       episode's policy may depend on the time left: Pardo et al., "Time Limits in
@@ -138,6 +142,7 @@ class Coverage(SwarmEnv):
     time_obs: bool = eqx.field(static=True)
     seen_map: bool = eqx.field(static=True)
     neighbour_memory: bool = eqx.field(static=True)
+    memory_frame: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -159,6 +164,7 @@ class Coverage(SwarmEnv):
         time_obs: bool = False,
         seen_map: bool = False,
         neighbour_memory: bool = False,
+        memory_frame: str = "world",
     ):
         """Validate and store the configuration (all lengths in world units).
 
@@ -184,6 +190,10 @@ class Coverage(SwarmEnv):
             has sensed.
           neighbour_memory: add a channel to ``"memory"`` (needs ``memory_size``): the
             robots the robot remembers, where it last had each within comm range.
+          memory_frame: ``"world"`` (the grid as it is) or ``"robot"`` (re-centred on the
+            robot over ``2 * grid_size`` cells, with an outside-the-world channel; then
+            ``memory_size`` may be up to ``2 * grid_size``): see
+            :mod:`envs.coverage_memory`.
         """
         self.num_agents = check_positive_int("num_agents", num_agents)
         self.grid_size = check_positive_int("grid_size", grid_size, minimum=2)
@@ -194,9 +204,14 @@ class Coverage(SwarmEnv):
         self.global_map_size = check_positive_int("global_map_size", global_map_size)
         if isinstance(memory_size, bool) or not isinstance(memory_size, int) or memory_size < 0:
             raise ValueError(f"memory_size must be an int >= 0, got {memory_size!r}")
-        if memory_size > self.grid_size:
-            raise ValueError(f"memory_size ({memory_size}) must be at most grid_size "
-                             f"({self.grid_size})")
+        if not isinstance(memory_frame, str) or memory_frame not in MEMORY_FRAMES:
+            raise ValueError(f"memory_frame must be one of {MEMORY_FRAMES}, "
+                             f"got {memory_frame!r}")
+        self.memory_frame = memory_frame
+        span = self.grid_size * (2 if memory_frame == "robot" else 1)
+        if memory_size > span:
+            raise ValueError(f"memory_size ({memory_size}) must be at most "
+                             f"{'2 * ' if memory_frame == 'robot' else ''}grid_size ({span})")
         self.memory_size = memory_size
         if not isinstance(time_obs, bool):
             raise TypeError(f"time_obs must be a bool, got {time_obs!r}")
@@ -415,16 +430,15 @@ class Coverage(SwarmEnv):
         assert maps.shape == (n, self.num_channels, m, m)
         if not self.memory_size:
             return {"maps": maps, "vec": vec}
-        avg = jnp.asarray(_block_means(self.grid_size, self.memory_size))  # [M, G]
-        coarse = lambda x: jnp.einsum("rg,ngh,ch->nrc", avg, x, avg)
-        channels = [coarse(self.sensed(state)), coarse(state.seen.astype(jnp.float32))]
+        layers = [self.sensed(state), state.seen]
         if self.neighbour_memory:
             ix = self.cell_index(state.met_pos)  # [N, N, 2]
             onehot = lambda i: jax.nn.one_hot(i, self.grid_size, dtype=jnp.float32)
-            known = jnp.einsum("ij,ijy,ijx->iyx", state.met.astype(jnp.float32),
-                               onehot(ix[..., 1]), onehot(ix[..., 0]))
-            channels.append(coarse(known))
-        return {"maps": maps, "memory": jnp.stack(channels, axis=1), "vec": vec}
+            layers.append(jnp.einsum("ij,ijy,ijx->iyx", state.met.astype(jnp.float32),
+                                     onehot(ix[..., 1]), onehot(ix[..., 0])))
+        memory = memory_maps(jnp.stack([x.astype(jnp.float32) for x in layers], axis=1),
+                             idx, self.memory_size, self.memory_frame)
+        return {"maps": maps, "memory": memory, "vec": vec}
 
     def meet(self, met: jax.Array, met_pos: jax.Array, pos: jax.Array
              ) -> tuple[jax.Array, jax.Array]:
@@ -493,16 +507,6 @@ class Coverage(SwarmEnv):
         adjacency = (d2 <= self.comm_radius**2) & ~np.eye(len(pos), dtype=bool)
         return draw_swarm(self.world_size, pos, adjacency=adjacency,
                           background=np.asarray(state.density))
-
-
-def _block_means(g: int, m: int) -> np.ndarray:
-    """``[m, g]``: row ``r`` averages cells ``floor(r g / m) .. floor((r + 1) g / m) - 1``
-    (``m`` blocks of near-equal size covering all ``g`` cells; ``A x A^T`` pools a map)."""
-    a = np.zeros((m, g), np.float32)
-    for r in range(m):
-        lo, hi = r * g // m, (r + 1) * g // m
-        a[r, lo:hi] = 1.0 / (hi - lo)
-    return a
 
 
 def _pool(x: jax.Array, p: int, reduce) -> jax.Array:

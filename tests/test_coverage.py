@@ -521,7 +521,7 @@ def test_each_robot_remembers_where_it_last_met_the_others_and_observes_it():
     channels), and Lloyd over the remembered cell against its two limits: decentralized
     Lloyd when a robot remembers only its current neighbours, Lloyd on its own map over
     the true cell when it remembers every robot where it is now."""
-    from envs.coverage import _block_means
+    from envs.coverage_memory import block_means
 
     env = Coverage(num_agents=4, grid_size=8, map_size=4, num_features=2, max_steps=8,
                    max_speed=0.2, comm_radius=0.35, memory_size=4, neighbour_memory=True)
@@ -529,7 +529,7 @@ def test_each_robot_remembers_where_it_last_met_the_others_and_observes_it():
     obs, s = env.reset(jax.random.key(5))
     rng = np.random.default_rng(0)
     met, met_pos = np.zeros((4, 4), bool), np.zeros((4, 4, 2), np.float32)
-    avg = _block_means(env.grid_size, env.memory_size)
+    avg = block_means(env.grid_size, env.memory_size)
     for _ in range(env.max_steps):
         pos = np.asarray(s.pos)
         adj = np_comm(pos, env.comm_radius) > 0
@@ -564,3 +564,52 @@ def test_each_robot_remembers_where_it_last_met_the_others_and_observes_it():
         Coverage(num_agents=2, neighbour_memory=True)
     with pytest.raises(TypeError, match="neighbour_memory must be a bool"):
         Coverage(num_agents=2, memory_size=4, neighbour_memory=1)
+
+
+def test_robot_frame_memory_is_the_world_re_centred_on_each_robot():
+    """``memory_frame="robot"`` against a numpy loop: pixel (s, t) of the 2G-cell span is
+    world cell (iy - G + s, ix - G + t) of each layer (0 outside the world, where the last
+    channel is 1), pooled over 2 x 2 blocks; at full resolution every robot holds the whole
+    world's mass; the world frame is unchanged by the new field."""
+    kwargs = dict(num_agents=3, grid_size=6, map_size=4, num_features=2, max_steps=6,
+                  max_speed=0.2, comm_radius=0.4, neighbour_memory=True)
+    env = Coverage(**kwargs, memory_size=6, memory_frame="robot")
+    full = Coverage(**kwargs, memory_size=12, memory_frame="robot")
+    world = Coverage(**kwargs, memory_size=6)
+    g = env.grid_size
+    _, s = env.reset(jax.random.key(3))
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        _, s, _ = env.step(None, s, rng.uniform(-1, 1, (3, 2)).astype(np.float32))
+    sensed = np.where(np.asarray(s.seen), np.asarray(s.density)[None], 0.0)
+    known = np.zeros((3, g, g))
+    for i, j in zip(*np.nonzero(np.asarray(s.met)), strict=True):
+        ix, iy = np.clip((np.asarray(s.met_pos)[i, j] / env.cell).astype(int), 0, g - 1)
+        known[i, iy, ix] += 1
+    layers = np.stack([sensed, np.asarray(s.seen, np.float32), known], axis=1)
+    assert known.sum() > 0  # some robot remembers another
+
+    ego = np.zeros((3, 4, 2 * g, 2 * g))
+    for i in range(3):
+        ix, iy = np.clip((np.asarray(s.pos)[i] / env.cell).astype(int), 0, g - 1)
+        for a in range(2 * g):
+            for b in range(2 * g):
+                y, x = iy - g + a, ix - g + b
+                if 0 <= y < g and 0 <= x < g:
+                    ego[i, :3, a, b] = layers[i, :, y, x]
+                else:
+                    ego[i, 3, a, b] = 1.0
+    pooled = ego.reshape(3, 4, g, 2, g, 2).mean(axis=(3, 5))
+    np.testing.assert_allclose(env.observe(s)["memory"], pooled, atol=1e-6)
+    np.testing.assert_allclose(full.observe(s)["memory"], ego, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(full.observe(s)["memory"])[:, :3].sum(axis=(2, 3)),
+                               layers.sum(axis=(2, 3)), rtol=1e-5)
+    coarse = layers.reshape(3, 3, 6, 1, 6, 1).mean(axis=(3, 5))
+    np.testing.assert_allclose(world.observe(s)["memory"], coarse, atol=1e-6)
+
+    with pytest.raises(ValueError, match="memory_frame must be one of"):
+        Coverage(num_agents=2, memory_size=4, memory_frame="ego")
+    with pytest.raises(ValueError, match=r"at most 2 \* grid_size \(12\)"):
+        Coverage(num_agents=2, grid_size=6, memory_size=13, memory_frame="robot")
+    with pytest.raises(ValueError, match=r"at most grid_size \(6\)"):
+        Coverage(num_agents=2, grid_size=6, memory_size=7)
