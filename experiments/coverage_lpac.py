@@ -126,7 +126,7 @@ def _feudal(cover: str, **observe: Any) -> dict[str, Any]:
     wide actor, the seen channel, and ``observe`` (more of what the robots observe)."""
     return dict(experts=["frontier", cover], schedule=[0, 1], episodes=64,
                 val_episodes=16, rounds=8, steps_per_round=1500, beta_decay=0.7,
-                patience=3, env_kwargs=dict(memory_size=8, seen_map=True, **observe),
+                patience=3, env_kwargs={"memory_size": 8, "seen_map": True, **observe},
                 actor={**_WIDE, "selector_period": 15})
 
 
@@ -145,6 +145,12 @@ PROBES["feudal-explore-own-map-wide-seen"] = _feudal("lloyd_own_map")
 # an expert that uses only that and its own sensed map (envs.policies.lloyd_memory) as
 # the feudal split's "cover" (scripted, after the explorer: experiments.coverage_explore)
 PROBES["feudal-explore-memory-wide-seen"] = _feudal("lloyd_memory", neighbour_memory=True)
+# added 2026-12-06 after it (imitation loss 0.22 where its expert plays 0.272): the same
+# memory re-centred on each robot (Coverage(memory_frame="robot"), 2 cells a pixel), so
+# that the cell a robot's memory draws lies at the same pixels wherever it stands; the
+# world-frame memory left the CNN to match the maps with the position from "vec"
+PROBES["feudal-explore-memory-robot-wide-seen"] = _feudal(
+    "lloyd_memory", neighbour_memory=True, memory_frame="robot", memory_size=16)
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
