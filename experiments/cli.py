@@ -14,7 +14,7 @@ from typing import Any
 from experiments.report import RESULTS
 from experiments.training import SEEDS
 
-__all__ = ["diagnostic_main", "load_config", "study_main"]
+__all__ = ["diagnostic_main", "diagnostic_parser", "load_config", "study_main"]
 
 
 def study_main(run: Callable[..., Any], doc: str, argv: list[str] | None = None,
@@ -45,11 +45,16 @@ def diagnostic_main(run: Callable[[Path, int], dict], markdown: Callable[[dict],
                     doc: str, episodes: int, argv: list[str] | None = None) -> None:
     """The command line of a diagnostic that trains nothing (``--episodes``, ``--out``):
     ``run(out, episodes)`` writes its report, whose markdown is printed."""
+    a = diagnostic_parser(doc, episodes).parse_args(argv)
+    print(markdown(run(a.out, a.episodes)), end="")
+
+
+def diagnostic_parser(doc: str, episodes: int) -> argparse.ArgumentParser:
+    """A diagnostic's parser with ``--episodes`` and ``--out`` (add its own flags)."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--episodes", type=int, default=episodes)
     p.add_argument("--out", type=Path, default=RESULTS)
-    a = p.parse_args(argv)
-    print(markdown(run(a.out, a.episodes)), end="")
+    return p
 
 
 def load_config(name: str) -> dict[str, Any]:

@@ -208,18 +208,21 @@ def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
     assert row["minus_alone"] == pytest.approx((0.1 + 0.5 - 0.1) / 3)
 
 
-def test_the_options_diagnostic_replays_the_scheduled_experts_and_the_imitator_alone():
-    """Two of its pairings have oracles: scripted explore then clairvoyant Lloyd is the
-    scheduled experts' policy, learned then learned is the imitator's own rollout."""
+@pytest.mark.parametrize("expert", ["lloyd_clairvoyant", "lloyd_memory"])
+def test_the_options_diagnostic_replays_the_scheduled_experts_and_the_imitator_alone(expert):
+    """Two of its pairings have oracles: scripted explore then the probe's cover expert
+    is the scheduled experts' policy, learned then learned is the imitator's own
+    rollout."""
     import dataclasses
 
     import jax
     import numpy as np
 
+    import envs.policies
     from agents import FeudalActor
     from envs.coverage import Coverage
     from envs.episode import run_episode, stateless
-    from envs.policies import frontier_decentralized, lloyd_clairvoyant
+    from envs.policies import frontier_decentralized
     from experiments import coverage_options as options
     from experiments.training import VALIDATION_SEED, heldout_keys
     from feudal_es.config import COMPACT_ACTOR
@@ -230,16 +233,20 @@ def test_the_options_diagnostic_replays_the_scheduled_experts_and_the_imitator_a
     env = Coverage(num_agents=3, max_steps=8, grid_size=8, map_size=4, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, dataclasses.replace(
         COMPACT_ACTOR, options="schedule", option_schedule=(0, 1), selector_period=3))
-    played = options.play(actor, env, 4)
-    assert len(played) == len(options.EXPLORERS) * len(options.COVERS)
+    played = options.play(actor, env, 4, expert)
+    covers = options.covers(expert)
+    assert len(played) == len(options.EXPLORERS) * len(covers)
     keys = heldout_keys(4, VALIDATION_SEED)
-    experts = scheduled_expert((frontier_decentralized, lloyd_clairvoyant), (0, 1), 3)
+    experts = scheduled_expert((frontier_decentralized, getattr(envs.policies, expert)),
+                               (0, 1), 3)
     want = jax.vmap(lambda k: run_episode(k, env, stateless(experts, env), record=lambda o: (
         o.metrics["coverage_cost"], o.metrics["sensed_fraction"])).outs)(keys)
-    got = played[f"{options.EXPLORERS[0]} | {options.COVERS[2]}"]
+    got = played[f"{options.EXPLORERS[0]} | {covers[2]}"]
     np.testing.assert_allclose(got["final"], want[0][:, -1], rtol=1e-5)
     np.testing.assert_allclose(got["handover_cost"], want[0][:, 2], rtol=1e-5)
     np.testing.assert_allclose(got["handover_sensed"], want[1][:, 2], rtol=1e-5)
     _, metrics = make_population_rollouts(env, True)(actor, selector_theta(actor)[None], keys)
-    np.testing.assert_allclose(played[f"{options.EXPLORERS[1]} | {options.COVERS[1]}"]
+    np.testing.assert_allclose(played[f"{options.EXPLORERS[1]} | {covers[1]}"]
                                ["final"], metrics["coverage_cost"][0], rtol=1e-5)
+    with pytest.raises(ValueError, match="needs a feudal probe"):
+        options.run(probe="own-map-wide")
