@@ -151,6 +151,11 @@ PROBES["feudal-explore-memory-wide-seen"] = _feudal("lloyd_memory", neighbour_me
 # world-frame memory left the CNN to match the maps with the position from "vec"
 PROBES["feudal-explore-memory-robot-wide-seen"] = _feudal(
     "lloyd_memory", neighbour_memory=True, memory_frame="robot", memory_size=16)
+# added 2026-12-06 after it, when experiments.coverage_options on the memory probe found
+# its learned "explore" as good as the scripted one (decentralized Lloyd after either:
+# 0.325, 0.327; Lloyd alone 0.418) and its learned "cover" the part that loses: "cover"
+# imitating decentralized Lloyd itself (envs.policies.lloyd_decentralized, "lloyd")
+PROBES["feudal-explore-lloyd-wide-seen"] = _feudal("lloyd")
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
