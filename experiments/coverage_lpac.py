@@ -156,6 +156,12 @@ PROBES["feudal-explore-memory-robot-wide-seen"] = _feudal(
 # 0.325, 0.327; Lloyd alone 0.418) and its learned "cover" the part that loses: "cover"
 # imitating decentralized Lloyd itself (envs.policies.lloyd_decentralized, "lloyd")
 PROBES["feudal-explore-lloyd-wide-seen"] = _feudal("lloyd")
+# added 2026-12-06 after it: the learned "cover" plays its expert's states far worse than
+# its own (memory probe, from the scripted explorer's: 0.511 against 0.407), as a
+# network fitted to too few states would; 4 x the episodes a data round (same rounds and
+# gradient steps)
+PROBES["feudal-explore-memory-wide-seen-4x-data"] = {
+    **_feudal("lloyd_memory", neighbour_memory=True), "episodes": 256}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
