@@ -48,9 +48,6 @@ def covers(expert: str = "lloyd_clairvoyant") -> tuple[str, str, str]:
             f"{EXPERT_NAMES.get(expert, expert)} (expert)")
 
 
-COVERS = covers()
-
-
 def play(actor: Any, env: Any, episodes: int, expert: str = "lloyd_clairvoyant"
          ) -> dict[str, dict[str, Any]]:
     """``{f"{explorer} | {cover}": {"final", "handover_cost", "handover_sensed"}}``, each a
@@ -126,10 +123,12 @@ def run(out_dir: Path = RESULTS, episodes: int = EPISODES, probe: str = PROBE
     from feudal_es.resolve import resolve_env
 
     clock = Timer()
+    feudal = [n for n, r in PROBES.items() if r.get("schedule")]
+    if probe not in feudal:
+        said = "imitates one option" if probe in PROBES else "is not a probe of the sweep"
+        raise ValueError(f"{probe!r} {said}; this diagnostic needs a feudal probe (one "
+                         f"expert per option, on a schedule): {', '.join(feudal)}")
     recipe = PROBES[probe]
-    if not recipe.get("schedule"):
-        raise ValueError(f"{probe!r} imitates one option; this diagnostic needs a feudal "
-                         f"probe (one expert per option, on a schedule)")
     expert = recipe["experts"][1]
     actor, record = imitate_seed(recipe, SEED)
     env = resolve_env("feudal_es/Coverage-v0", {**scaled_env(1), **split_recipe(recipe)[1]})

@@ -248,5 +248,7 @@ def test_the_options_diagnostic_replays_the_scheduled_experts_and_the_imitator_a
     _, metrics = make_population_rollouts(env, True)(actor, selector_theta(actor)[None], keys)
     np.testing.assert_allclose(played[f"{options.EXPLORERS[1]} | {covers[1]}"]
                                ["final"], metrics["coverage_cost"][0], rtol=1e-5)
-    with pytest.raises(ValueError, match="needs a feudal probe"):
+    with pytest.raises(ValueError, match=r"imitates one option.*needs a feudal probe"):
         options.run(probe="own-map-wide")
+    with pytest.raises(ValueError, match="is not a probe of the sweep"):
+        options.run(probe="no-such-probe")
