@@ -78,16 +78,17 @@ def lloyd_own_map(key: jax.Array, env: Coverage, state: CoverageState) -> jax.Ar
     return _toward(env, state.pos, target)
 
 
-def _cells(env: Coverage, pos: jax.Array, known: jax.Array, known_pos: jax.Array,
-           window: float | None = None) -> jax.Array:
+def _cells(env: Coverage, pos: jax.Array, known: jax.Array,
+           known_pos: jax.Array | None = None, window: float | None = None) -> jax.Array:
     """``[N, G, G]`` robot i's cell as it can draw it: the cells no nearer to a robot it
-    knows (``known[i, j]``, placed at ``known_pos[i, j]``) than to itself, inside a square
-    of half-side ``window`` around it (``None``: the whole world)."""
+    knows (``known[i, j]``, placed at ``known_pos[i, j]``; ``None``: where each robot is
+    now) than to itself, inside a square of half-side ``window`` around it (``None``: the
+    whole world)."""
     d2 = env.sq_dists(pos)  # [N, G, G]
     c = env.cell_centres()
 
     def cell(i):
-        others = env.sq_dists(known_pos[i])  # [N, G, G]
+        others = d2 if known_pos is None else env.sq_dists(known_pos[i])  # [N, G, G]
         nearest = jnp.min(jnp.where(known[i][:, None, None], others, jnp.inf), axis=0)
         cell = d2[i] <= nearest  # [G, G]
         if window is None:
@@ -103,8 +104,7 @@ def _own_cells(env: Coverage, state: CoverageState, window: float | None) -> jax
     """``[N, G, G]`` robot i's decentralized cell: the cells no nearer to one of its
     comm-radius neighbours than to it (:func:`_cells`), inside a square of half-side
     ``window`` around it (``None``: the whole world)."""
-    here = jnp.broadcast_to(state.pos[None], (env.num_agents, *state.pos.shape))
-    return _cells(env, state.pos, env.comm_graph(state) > 0, here, window)
+    return _cells(env, state.pos, env.comm_graph(state) > 0, window=window)
 
 
 def _decentralized_step(env: Coverage, state: CoverageState, window: float | None) -> jax.Array:
