@@ -34,11 +34,6 @@ def block_means(g: int, m: int) -> np.ndarray:
     return a
 
 
-def memory_channels(frame: str, layers: int) -> int:
-    """Channels of the memory observation holding ``layers`` maps in ``frame``."""
-    return layers + int(frame == "robot")
-
-
 def memory_maps(layers: jax.Array, idx: jax.Array, size: int, frame: str) -> jax.Array:
     """``[N, C, size, size]`` float32 from each robot's ``layers`` ``[N, L, G, G]`` (rows =
     y) and its cell ``idx`` ``[N, 2]`` (ix, iy), in ``frame`` (see the module docstring;
