@@ -162,6 +162,14 @@ PROBES["feudal-explore-lloyd-wide-seen"] = _feudal("lloyd")
 # gradient steps)
 PROBES["feudal-explore-memory-wide-seen-4x-data"] = {
     **_feudal("lloyd_memory", neighbour_memory=True), "episodes": 256}
+# added 2026-12-06 (later) after the memory probe's imitator was found to move at a third of its
+# expert's speed late in the cover phase: an MSE fit of a heading the robot cannot pin down
+# shrinks toward the mean. Speed and heading fit apart (PretrainConfig.loss="direction"),
+# on the chosen recipe and on the memory probe
+PROBES["dagger-8-rounds-memory-wide-direction"] = {
+    **PROBES["dagger-8-rounds-memory-wide"], "loss": "direction"}
+PROBES["feudal-explore-memory-wide-seen-direction"] = {
+    **_feudal("lloyd_memory", neighbour_memory=True), "loss": "direction"}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)

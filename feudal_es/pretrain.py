@@ -7,7 +7,8 @@ Coverage's ``"cover"``). Round 0 labels the expert's own episodes (behaviour clo
 each DAgger round (Ross et al. 2011) rolls out the current executor — the expert's action
 taken with probability ``beta`` per step, decaying — and adds the states it visits,
 labelled by the expert, to the data set. The executor's deterministic action, before the
-env's clip to its bounds (``clip_loss``), is fit to the expert's by mean squared error;
+env's clip to its bounds (``clip_loss``), is fit to the expert's by mean squared error
+(or speed and heading apart, ``loss="direction"``: :mod:`feudal_es.imitation_loss`);
 only executor leaves move (``agents.executor_filter``). Each data round also collects
 ``val_episodes`` episodes that are never trained on: the validation loss on them is
 measured every few gradient steps (the validation curve), a round's training stops after
@@ -39,6 +40,7 @@ from agents import FeudalActor, executor_filter
 from envs.base import SwarmEnv
 from envs.validate import check_bool, check_int, check_ints, check_number
 from feudal_es import checkpoint
+from feudal_es.imitation_loss import IMITATION_LOSSES, action_loss
 from feudal_es.pretrain_curve import ImitationProgress, curve_paths, write_curve
 
 if TYPE_CHECKING:
@@ -73,6 +75,9 @@ class PretrainConfig:
     # the clip: where the mean overshoots a bound its gradient is zero and the coordinate
     # stays stuck (the recipes swept before 2026-12-04 ran with it)
     clip_loss: bool = False
+    # "mse" (LPAC's) or "direction": speed and heading fit apart, so that a heading the
+    # robot cannot pin down does not shrink its speed (feudal_es.imitation_loss)
+    loss: str = "mse"
     # the feudal split: each option's expert (a policy name of envs.gif.POLICIES, in the
     # env's option order; "" for an option no one demonstrates) and the options every agent
     # holds at successive decisions, the actor's selector_period apart (the last to the
@@ -106,6 +111,8 @@ class PretrainConfig:
         check_number(f"{c}.beta_decay", self.beta_decay, low=0.0, high=1.0)
         check_number(f"{c}.weight_decay", self.weight_decay, low=0.0)
         check_bool(f"{c}.clip_loss", self.clip_loss)
+        if self.loss not in IMITATION_LOSSES:
+            raise ValueError(f"{c}.loss must be one of {IMITATION_LOSSES}, got {self.loss!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"{c}.lr_schedule must be one of {LR_SCHEDULES}, got "
                              f"{self.lr_schedule!r}")
@@ -280,6 +287,10 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
     ``progress`` is called with each point of the curve as it is measured and with
     ``{"round": r, "collected": samples}`` after each data round's collection."""
     _check_options(actor, expert, cfg)
+    if cfg.loss == "direction" and len(env.action_space.shape) != 1:
+        raise ValueError(f"PretrainConfig.loss='direction' fits a speed and heading: it needs "
+                         f"a vector action, and {type(env).__name__}'s action space is "
+                         f"{env.action_space}")
     tx = cfg.optimizer()
     filt = executor_filter(actor)
     opt = tx.init(eqx.filter(actor, filt))
@@ -291,7 +302,7 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         out = a.act(jax.random.key(0), sample["obs"], sample["adj"], sample["option"],
                     deterministic=True)  # the action before the env's clip (clip_loss)
         act = out.env_action if cfg.clip_loss else out.action
-        return jnp.mean(jnp.square(act - sample["label"]))
+        return action_loss(cfg.loss, act, sample["label"])
 
     def loss_fn(params, rest, mb):
         a = eqx.combine(params, rest)
