@@ -170,6 +170,10 @@ PROBES["dagger-8-rounds-memory-wide-direction"] = {
     **PROBES["dagger-8-rounds-memory-wide"], "loss": "direction"}
 PROBES["feudal-explore-memory-wide-seen-direction"] = {
     **_feudal("lloyd_memory", neighbour_memory=True), "loss": "direction"}
+# added 2026-12-06 after those two lost: twice the DAgger rounds of the chosen recipe (16,
+# the learner's own states from round 8 on), the trend of 3 -> 4 -> 8 rounds continued
+PROBES["dagger-16-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"],
+                                          "rounds": 16}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
