@@ -171,7 +171,7 @@ PROBES["dagger-8-rounds-memory-wide-direction"] = {
 PROBES["feudal-explore-memory-wide-seen-direction"] = {
     **_feudal("lloyd_memory", neighbour_memory=True), "loss": "direction"}
 # added 2026-12-06 after those two lost: twice the DAgger rounds of the chosen recipe (16,
-# the learner's own states from round 8 on), the trend of 3 -> 4 -> 8 rounds continued
+# the learner's own states from round 8 on): more rounds helped the earlier probes
 PROBES["dagger-16-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"],
                                           "rounds": 16}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
