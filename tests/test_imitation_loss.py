@@ -95,10 +95,15 @@ def test_direction_needs_a_vector_action():
 
 
 def test_imitation_with_the_direction_loss_fits_its_expert():
+    """The recipe's loss is the one imitate takes: the first step (same actor, data and
+    minibatch) scores differently under each loss, and the direction fit's loss falls."""
     env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=2, val_episodes=1, rounds=1,
                          steps_per_round=60, evals_per_round=1, lr=0.01, loss="direction")
     result = imitate(env, actor, lloyd_clairvoyant, cfg)
+    mse = imitate(env, actor, lloyd_clairvoyant,
+                  dataclasses.replace(cfg, loss="mse", steps_per_round=1))
+    assert abs(result.losses[0] - mse.losses[0]) > 1e-3 * mse.losses[0]
     assert np.all(np.isfinite(result.losses))
     assert np.mean(result.losses[-5:]) < 0.5 * np.mean(result.losses[:5]), result.losses[::10]
