@@ -3,7 +3,7 @@ Discovery, Dispersion and MPE simple_spread, 10 seeds each (``--scale`` multipli
 env-step budget); MERL's rover (``rover_merl``: 7 arms at 2M env steps, about as long as
 all the others together), Coverage (``coverage``: 4 arms fine-tuning the LPAC imitator's
 wide actor, about half an hour each) and Coverage's LPAC imitation (``coverage_lpac``: 20
-imitators of about 10 min each) are separate jobs.
+imitators of about 22 min each with the recipe's 32 rounds) are separate jobs.
 
     python -m experiments.all [--scale 1.0] [--only rover mpe]          # or: make results
     python -m experiments.all --only rover_merl                # or: make results-merl
