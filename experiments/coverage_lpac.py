@@ -174,9 +174,9 @@ PROBES["feudal-explore-memory-wide-seen-direction"] = {
 # the learner's own states from round 8 on): more rounds helped the earlier probes
 PROBES["dagger-16-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"],
                                           "rounds": 16}
-# added 2026-12-06 (a later session) while the study reran with 16 rounds, whose first
-# six seeds each beat their 8-round twin but one: twice the rounds again (32; beta 0.7^16
-# = 0.003 from round 16 on, the learner's own states)
+# added 2026-12-06 (a later session) while the study reran with 16 rounds, four of whose
+# first six seeds beat their 8-round twins: twice the rounds again (32; beta 0.7^16 =
+# 0.003 from round 16 on, the learner's own states)
 PROBES["dagger-32-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"],
                                           "rounds": 32}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
