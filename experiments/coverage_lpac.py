@@ -179,6 +179,13 @@ PROBES["dagger-16-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"
 # 0.003 from round 16 on, the learner's own states)
 PROBES["dagger-32-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"],
                                           "rounds": 32}
+# added 2026-12-06 (a third session) while the 32-round study ran (its first two seeds
+# level with 16 rounds'): each round stops after ~560 of its 1,500 steps at a constant
+# rate, under one pass over the data 16 rounds gather. 16 rounds, then a final fit of
+# 9,000 steps on all their data at a decaying rate (PretrainConfig.final_steps; LPAC
+# trains for many epochs): about the 32-round probe's gradient steps and time
+PROBES["dagger-16-rounds-memory-wide-final-fit"] = {
+    **PROBES["dagger-16-rounds-memory-wide"], "final_steps": 9000}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)

@@ -13,7 +13,9 @@ only executor leaves move (``agents.executor_filter``). Each data round also col
 ``val_episodes`` episodes that are never trained on: the validation loss on them is
 measured every few gradient steps (the validation curve), a round's training stops after
 ``patience`` measurements without a better one, and the round ends with the actor of its
-best validation loss (LPAC's train / validation split).
+best validation loss (LPAC's train / validation split). An optional final fit
+(``final_steps``) trains on all the rounds' data with a decaying rate (LPAC trains its
+network for many epochs on the aggregated data set).
 The feudal split (``experts`` and ``schedule``): each option imitates its own expert
 (Coverage: "explore" the frontier explorer, "cover" clairvoyant Lloyd) while the executor
 follows an option schedule (``ActorConfig.options="schedule"``: "explore" for the first
@@ -46,11 +48,13 @@ from feudal_es.pretrain_curve import ImitationProgress, curve_paths, write_curve
 if TYPE_CHECKING:
     from feudal_es.config import TrainerConfig
 
-__all__ = ["LR_SCHEDULES", "Imitation", "PretrainConfig", "curve_paths", "expert_policy",
-           "imitate", "load_pretrained", "pretrain", "save_pretrained", "scheduled_expert",
-           "write_curve"]
+__all__ = ["FINAL_DECAY", "LR_SCHEDULES", "Imitation", "PretrainConfig", "curve_paths",
+           "expert_policy", "imitate", "load_pretrained", "pretrain", "save_pretrained",
+           "scheduled_expert", "write_curve"]
 
 LR_SCHEDULES = ("constant", "cosine")
+#: the final fit's last learning rate, a share of ``PretrainConfig.lr``
+FINAL_DECAY = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +88,10 @@ class PretrainConfig:
     # end). Both empty: ``expert`` demonstrates the one option ``option`` held throughout
     experts: tuple[str, ...] = ()
     schedule: tuple[int, ...] = ()
+    # after the last round: gradient steps on all the data the rounds gathered, from a
+    # fresh optimizer whose rate decays (cosine) from lr to lr * FINAL_DECAY, ending with
+    # the actor of the best validation loss (no early stop); 0: none. A multiple of chunk
+    final_steps: int = 0
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -105,8 +113,14 @@ class PretrainConfig:
                                  f"{list(self.experts)} gives no expert")
         for name, low in (("option", 0), ("episodes", 1), ("rounds", 1),
                           ("steps_per_round", 1), ("batch_size", 1), ("seed", 0),
-                          ("val_episodes", 1), ("evals_per_round", 1), ("patience", 0)):
+                          ("val_episodes", 1), ("evals_per_round", 1), ("patience", 0),
+                          ("final_steps", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)
+        if self.final_steps % self.chunk:
+            raise ValueError(f"{c}.final_steps={self.final_steps} must be a multiple of the "
+                             f"{self.chunk} gradient steps between two validation losses "
+                             f"(steps_per_round={self.steps_per_round} over "
+                             f"evals_per_round={self.evals_per_round})")
         check_number(f"{c}.lr", self.lr, low=0.0, low_open=True)
         check_number(f"{c}.beta_decay", self.beta_decay, low=0.0, high=1.0)
         check_number(f"{c}.weight_decay", self.weight_decay, low=0.0)
@@ -156,6 +170,16 @@ class PretrainConfig:
         every gradient step of the ``rounds`` when ``lr_schedule="cosine"``."""
         lr = (optax.cosine_decay_schedule(self.lr, self.rounds * self.steps_per_round, 0.1)
               if self.lr_schedule == "cosine" else self.lr)
+        return self._adam(lr)
+
+    def final_optimizer(self) -> optax.GradientTransformation:
+        """The final fit's: Adam (AdamW with ``weight_decay``) from ``lr`` cosine-decayed to
+        ``lr * FINAL_DECAY`` over ``final_steps`` (a low rate at the end settles the fit
+        that each round's constant rate leaves noisy)."""
+        return self._adam(optax.cosine_decay_schedule(self.lr, self.final_steps,
+                                                      FINAL_DECAY))
+
+    def _adam(self, lr: float | optax.Schedule) -> optax.GradientTransformation:
         return optax.adamw(lr, weight_decay=self.weight_decay) if self.weight_decay \
             else optax.adam(lr)
 
@@ -243,13 +267,13 @@ def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
 class Imitation(NamedTuple):
     """What :func:`imitate` returns."""
 
-    actor: FeudalActor  # each round's best actor by validation loss; the last round's
+    actor: FeudalActor  # the last round's (or the final fit's) best by validation loss
     losses: list[float]  # the training loss of every gradient step taken
     curve: list[dict[str, float]]  # per measurement: round, step, train_loss, val_loss
 
     @property
     def val_loss(self) -> float:
-        """The returned actor's validation loss: the last round's best."""
+        """The returned actor's validation loss: the last round's (or final fit's) best."""
         last = self.curve[-1]["round"]
         return min(p["val_loss"] for p in self.curve if p["round"] == last)
 
@@ -308,20 +332,23 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         a = eqx.combine(params, rest)
         return jnp.mean(jax.vmap(lambda x: sample_loss(a, x))(mb))
 
-    @eqx.filter_jit
-    def train(actor, opt, data, count, key):
-        def step(carry, k):
-            actor, opt = carry
-            idx = jax.random.randint(k, (cfg.batch_size,), 0, count)  # the filled part
-            mb = jax.tree.map(lambda x: x[idx], data)
-            params, rest = eqx.partition(actor, filt)
-            loss, grads = jax.value_and_grad(loss_fn)(params, rest, mb)
-            updates, opt = tx.update(grads, opt, params)
-            return (eqx.combine(eqx.apply_updates(params, updates), rest), opt), loss
+    def trainer(tx: optax.GradientTransformation) -> Callable:
+        @eqx.filter_jit
+        def train(actor, opt, data, count, key):  # one chunk of gradient steps
+            def step(carry, k):
+                actor, opt = carry
+                idx = jax.random.randint(k, (cfg.batch_size,), 0, count)  # the filled part
+                mb = jax.tree.map(lambda x: x[idx], data)
+                params, rest = eqx.partition(actor, filt)
+                loss, grads = jax.value_and_grad(loss_fn)(params, rest, mb)
+                updates, opt = tx.update(grads, opt, params)
+                return (eqx.combine(eqx.apply_updates(params, updates), rest), opt), loss
 
-        (actor, opt), losses = jax.lax.scan(step, (actor, opt),
-                                            jax.random.split(key, cfg.chunk))
-        return actor, opt, losses
+            (actor, opt), losses = jax.lax.scan(step, (actor, opt),
+                                                jax.random.split(key, cfg.chunk))
+            return actor, opt, losses
+
+        return train
 
     @eqx.filter_jit
     def validate(actor, val, count):  # mean loss over the filled part of the buffer
@@ -336,24 +363,16 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         return jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(
             d, x, r * x.shape[0], axis=0), buffer, new)
 
-    key = jax.random.key(cfg.seed)
-    size, val_size = cfg.episodes * env.max_steps, cfg.val_episodes * env.max_steps
-    data = val = None
     losses: list[float] = []
     curve: list[dict[str, float]] = []
-    for r in range(cfg.rounds):  # one compiled collect, train and validate for every round
-        key, k_data, k_train = jax.random.split(key, 3)
-        beta = jnp.float32(cfg.beta_decay ** r if r else 1.0)  # traced: no recompile
-        new = collect(actor, k_data, beta)
-        data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r)
-        val = aggregate(val, jax.tree.map(lambda x: x[size:], new), r)
-        count, val_count = (r + 1) * size, (r + 1) * val_size
-        if progress is not None:
-            progress({"round": r, "collected": count + val_count})
+
+    def fit(actor, opt, train, data, val, count, val_count, r, key, chunks, patience):
+        """``chunks`` chunks of ``train``, the validation loss after each; ends after
+        ``patience`` measurements without a better one (0: never) with the best actor."""
         best, best_loss, since = actor, float(validate(actor, val, val_count)), 0
-        for k in jax.random.split(k_train, cfg.steps_per_round // cfg.chunk):
+        for k in jax.random.split(key, chunks):
             actor, opt, chunk_losses = train(actor, opt, data, count, k)
-            losses += np.asarray(chunk_losses).tolist()
+            losses.extend(np.asarray(chunk_losses).tolist())
             point = {"round": r, "step": len(losses),
                      "train_loss": float(np.mean(chunk_losses)),
                      "val_loss": float(validate(actor, val, val_count))}
@@ -364,9 +383,32 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
                 best, best_loss, since = actor, point["val_loss"], 0
             else:
                 since += 1
-                if cfg.patience and since >= cfg.patience:
+                if patience and since >= patience:
                     break  # early stop: the round ends with its best actor
-        actor = best
+        return best, opt
+
+    key = jax.random.key(cfg.seed)
+    size, val_size = cfg.episodes * env.max_steps, cfg.val_episodes * env.max_steps
+    train = trainer(tx)
+    data = val = None
+    for r in range(cfg.rounds):  # one compiled collect, train and validate for every round
+        key, k_data, k_train = jax.random.split(key, 3)
+        beta = jnp.float32(cfg.beta_decay ** r if r else 1.0)  # traced: no recompile
+        new = collect(actor, k_data, beta)
+        data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r)
+        val = aggregate(val, jax.tree.map(lambda x: x[size:], new), r)
+        count, val_count = (r + 1) * size, (r + 1) * val_size
+        if progress is not None:
+            progress({"round": r, "collected": count + val_count})
+        actor, opt = fit(actor, opt, train, data, val, count, val_count, r, k_train,
+                         cfg.steps_per_round // cfg.chunk, cfg.patience)
+    if cfg.final_steps:  # the final fit: round index cfg.rounds in the curve
+        final_tx = cfg.final_optimizer()
+        if progress is not None:
+            progress({"round": cfg.rounds, "collected": count + val_count})
+        actor, _ = fit(actor, final_tx.init(eqx.filter(actor, filt)), trainer(final_tx),
+                       data, val, count, val_count, cfg.rounds, key,
+                       cfg.final_steps // cfg.chunk, 0)
     return Imitation(actor, losses, curve)
 
 

@@ -65,8 +65,8 @@ class ImitationProgress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=cfg.rounds * cfg.steps_per_round, unit="step",
-                            dynamic_ncols=True, desc="imitation")
+            self.bar = tqdm(total=cfg.rounds * cfg.steps_per_round + cfg.final_steps,
+                            unit="step", dynamic_ncols=True, desc="imitation")
         self.cfg = cfg
 
     def __call__(self, point: dict[str, float]) -> None:
@@ -74,7 +74,8 @@ class ImitationProgress:
             return
         if "collected" in point:  # a round begins (an early-stopped one's rest is skipped)
             r = int(point["round"])
-            self.bar.set_description(f"round {r + 1}/{self.cfg.rounds}")
+            self.bar.set_description(f"round {r + 1}/{self.cfg.rounds}" if r < self.cfg.rounds
+                                     else "final fit")
             self.bar.update(r * self.cfg.steps_per_round - self.bar.n)
             return
         self.bar.set_postfix(loss=f"{point['train_loss']:.4g}",

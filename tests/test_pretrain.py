@@ -137,6 +137,45 @@ def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor(
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning():
+    """``final_steps`` after the last round: the rounds run as without it (bit for bit,
+    one program), the final fit's measurements follow as round ``rounds`` on all the
+    rounds' data, its validation loss goes below the last round's best, and the actor it
+    returns is its own best, not the last round's."""
+    env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
+    actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
+    cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
+                         steps_per_round=20, evals_per_round=2, lr=3e-3)
+    plain = imitate(env, actor, lloyd_clairvoyant, cfg)
+    fitted = imitate(env, actor, lloyd_clairvoyant, dataclasses.replace(cfg, final_steps=40))
+    assert fitted.curve[:4] == plain.curve and fitted.losses[:40] == plain.losses
+    final = fitted.curve[4:]
+    assert [(p["round"], p["step"]) for p in final] == [(2, 50), (2, 60), (2, 70), (2, 80)]
+    assert len(fitted.losses) == 80 and fitted.val_loss == min(p["val_loss"] for p in final)
+    assert fitted.val_loss < plain.val_loss, (fitted.curve, plain.curve)
+    moved = [not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+        jax.tree.leaves(eqx.filter(fitted.actor, eqx.is_inexact_array)),
+        jax.tree.leaves(eqx.filter(plain.actor, eqx.is_inexact_array)), strict=True)]
+    assert any(moved)
+
+
+def test_the_final_fit_decays_its_rate_by_cosine_from_lr_to_a_hundredth():
+    """A constant gradient makes each Adam update the learning rate itself (up to eps):
+    the final optimizer's updates follow lr * (d + (1 - d) (1 + cos(pi t / T)) / 2)."""
+    import jax.numpy as jnp
+
+    cfg = PretrainConfig(lr=2e-3, steps_per_round=10, evals_per_round=1, final_steps=50)
+    tx = cfg.final_optimizer()
+    x = jnp.zeros(3)
+    state = tx.init(x)
+    for t in range(cfg.final_steps):
+        update, state = tx.update(jnp.ones(3), state, x)
+        want = cfg.lr * (0.01 + 0.99 * (1 + np.cos(np.pi * t / 50)) / 2)
+        np.testing.assert_allclose(np.asarray(update), -want, rtol=1e-4)
+    with pytest.raises(ValueError, match="final_steps=15 must be a multiple of the 10"):
+        PretrainConfig(steps_per_round=10, evals_per_round=1, final_steps=15)
+
+
 def test_the_loss_fits_the_action_before_the_clip_unless_told_otherwise():
     """An executor whose mean overshoots the action bounds everywhere: fit on the
     clipped action (``clip_loss``), every gradient is zero and no leaf moves; fit on the
@@ -200,3 +239,8 @@ def test_the_progress_bar_counts_each_chunk_and_ends_full_after_early_stops():
     bar.finish()
     assert bar.bar.n == bar.bar.total == 20
     bar.close()
+    fit = ImitationProgress(PretrainConfig(rounds=1, steps_per_round=10, evals_per_round=2,
+                                           final_steps=30), True)
+    fit({"round": 1, "collected": 5})  # the final fit (round 0 stopped before any step)
+    assert fit.bar.n == 10 and fit.bar.desc.startswith("final fit") and fit.bar.total == 40
+    fit.close()
