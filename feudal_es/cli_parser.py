@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="training episodes per data round (default: the recipe's, else 32)")
     pt.add_argument("--steps", type=at_least(1), help="gradient steps per round (default: "
                                                       "the recipe's, else 300)")
+    pt.add_argument("--final-steps", type=at_least(0),
+                    help="gradient steps of the final fit on all the rounds' data, 0 = none "
+                         "(default: the recipe's, else 0)")
     pt.add_argument("--no-progress", action="store_true", help="no progress bar")
     pt.add_argument("--eval-episodes", type=at_least(2), default=16)
     pt.add_argument("--eval-seed", type=seed, default=4242)

@@ -226,7 +226,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         raise ValueError(f"--option {args.option!r}: name an option of the env "
                          f"({', '.join(names) or 'none'}) or give its index")
     given = {k: v for k, v in (("expert", args.expert), ("rounds", args.rounds),
-                               ("episodes", args.episodes), ("steps_per_round", args.steps))
+                               ("episodes", args.episodes), ("steps_per_round", args.steps),
+                               ("final_steps", args.final_steps))
              if v is not None}
     pcfg = dataclasses.replace(recipe, option=option, seed=cfg.seed, **given)
     try:

@@ -487,7 +487,8 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
     actor = FeudalActor.from_env(jax.random.key(config.seed), core, actor_cfg)
     log(f"feudal-es pretrain: imitating {name} on {config.env}, {holding}: {cfg.rounds} "
         f"rounds (behaviour cloning, then DAgger) of {cfg.episodes} episodes (+ "
-        f"{cfg.val_episodes} for validation) and {cfg.steps_per_round} gradient steps")
+        f"{cfg.val_episodes} for validation) and {cfg.steps_per_round} gradient steps"
+        + (f", then a final fit of {cfg.final_steps} steps" if cfg.final_steps else ""))
     bar = ImitationProgress(cfg, progress)
     try:
         result = imitate(core, actor, expert, cfg, bar)

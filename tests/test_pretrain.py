@@ -204,7 +204,8 @@ def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
                                   "lr_schedule": "cosine", "weight_decay": 1e-3}))
     out = tmp_path / "bc.safetensors"
     argv = ["pretrain", "--env", "feudal_es/Coverage-v0", "--recipe", str(recipe),
-            "--steps", "6", "--eval-episodes", "2", "--no-progress", "--out", str(out),
+            "--steps", "6", "--final-steps", "3", "--eval-episodes", "2", "--no-progress",
+            "--out", str(out),
             "--set", "env_kwargs.num_agents=2", "--set", "env_kwargs.max_steps=4",
             "--set", "env_kwargs.grid_size=8", "--set", "env_kwargs.map_size=4",
             *[f"--set=actor.{k}={json.dumps(v)}" for k, v in SMALL_ACTOR.items()]]
@@ -213,13 +214,15 @@ def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
     csv_path, png_path = curve_paths(out)
     assert csv_path == tmp_path / "bc.curve.csv" and png_path.is_file()
     rows = csv_path.read_text().splitlines()
-    # --steps 6 over the recipe's 4: two measurements of 3 steps a round, two rounds
-    assert rows[0] == "round,step,train_loss,val_loss" and len(rows) == 1 + 4
+    # --steps 6 over the recipe's 4: two measurements of 3 steps a round, two rounds, and
+    # the final fit's one
+    assert rows[0] == "round,step,train_loss,val_loss" and len(rows) == 1 + 5
     assert [r.split(",")[:2] for r in rows[1:]] == [["0", "3"], ["0", "6"], ["1", "9"],
-                                                    ["1", "12"]]
+                                                    ["1", "12"], ["2", "15"]]
     meta = read_metadata(out)
     assert meta["pretrain"]["lr_schedule"] == "cosine" and meta["pretrain"]["option"] == COVER
-    assert meta["steps"] == 12 and "validation loss" in text and str(csv_path) in text
+    assert meta["pretrain"]["final_steps"] == 3 and "final fit of 3 steps" in text
+    assert meta["steps"] == 15 and "validation loss" in text and str(csv_path) in text
 
     recipe.write_text(json.dumps({"epochs": 3}))
     assert cli.main(argv) == 2
