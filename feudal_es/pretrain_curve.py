@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from feudal_es import checkpoint
 
 if TYPE_CHECKING:
-    from feudal_es.pretrain import PretrainConfig
+    from feudal_es.pretrain_config import PretrainConfig
 
 __all__ = ["ImitationProgress", "curve_paths", "write_curve"]
 
