@@ -138,12 +138,9 @@ class Imitation(NamedTuple):
     actor: FeudalActor  # the last round's (or the final fit's) best by validation loss
     losses: list[float]  # the training loss of every gradient step taken
     curve: list[dict[str, float]]  # per measurement: round, step, train_loss, val_loss
-
-    @property
-    def val_loss(self) -> float:
-        """The returned actor's validation loss: the last round's (or final fit's) best."""
-        last = self.curve[-1]["round"]
-        return min(p["val_loss"] for p in self.curve if p["round"] == last)
+    # the returned actor's validation loss on the last round's (or final fit's) data: the
+    # round's starting actor's where no measurement beat it, so not always in ``curve``
+    val_loss: float
 
 
 def _check_options(actor: FeudalActor, expert: Expert, cfg: PretrainConfig) -> None:
@@ -253,7 +250,7 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
                 since += 1
                 if patience and since >= patience:
                     break  # early stop: the round ends with its best actor
-        return best, opt
+        return best, opt, best_loss
 
     key = jax.random.key(cfg.seed)
     size, val_size = cfg.episodes * env.max_steps, cfg.val_episodes * env.max_steps
@@ -268,16 +265,16 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         count, val_count = (r + 1) * size, (r + 1) * val_size
         if progress is not None:
             progress({"round": r, "collected": count + val_count})
-        actor, opt = fit(actor, opt, train, data, val, count, val_count, r, k_train,
-                         cfg.steps_per_round // cfg.chunk, cfg.patience)
+        actor, opt, best_loss = fit(actor, opt, train, data, val, count, val_count, r,
+                                    k_train, cfg.steps_per_round // cfg.chunk, cfg.patience)
     if cfg.final_steps:  # the final fit: round index cfg.rounds in the curve
         final_tx = cfg.final_optimizer()
         if progress is not None:
             progress({"round": cfg.rounds, "collected": count + val_count})
-        actor, _ = fit(actor, final_tx.init(eqx.filter(actor, filt)), trainer(final_tx),
-                       data, val, count, val_count, cfg.rounds, key,
-                       cfg.final_steps // cfg.chunk, 0)
-    return Imitation(actor, losses, curve)
+        actor, _, best_loss = fit(actor, final_tx.init(eqx.filter(actor, filt)),
+                                  trainer(final_tx), data, val, count, val_count,
+                                  cfg.rounds, key, cfg.final_steps // cfg.chunk, 0)
+    return Imitation(actor, losses, curve, best_loss)
 
 
 def save_pretrained(path: str | Path, actor: FeudalActor, metadata: dict[str, Any]) -> Path:

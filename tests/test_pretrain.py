@@ -62,7 +62,7 @@ def test_imitation_loss_falls_only_the_executor_moves_and_a_run_starts_from_it(t
     env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=8, rounds=2, steps_per_round=150)
-    bc, losses, curve = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
     assert len(losses) == 300
     # ten validation losses a round, every 15 steps, each after its chunk's steps
     assert [(p["round"], p["step"]) for p in curve] == [
@@ -112,7 +112,7 @@ def test_pretrained_executor_is_within_1_5x_of_clairvoyant_lloyd():
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=64, val_episodes=16, rounds=3,
                          steps_per_round=1500, patience=3)
-    bc, losses, curve = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
     ours, expert = coverage_cost(env, bc), lloyd_cost(env)
     # the fit falls on one data set, behaviour cloning's: each DAgger round adds the
     # imitator's own, harder states, so a later round's loss is not comparable with the
@@ -125,16 +125,22 @@ def test_pretrained_executor_is_within_1_5x_of_clairvoyant_lloyd():
 
 def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor():
     """lr 30 wrecks every step: each round stops after ``patience`` measurements without a
-    better validation loss and hands on its best actor, the one it started with."""
+    better validation loss and hands on its best actor, the one it started with. Its
+    ``val_loss`` is that actor's on the last round's data, below every point of the
+    round's curve: the oracle is a run whose steps are too small to move a weight
+    (lr 1e-30, the same data), where every point is the starting actor's loss."""
     env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
                          steps_per_round=40, evals_per_round=4, patience=2, lr=30.0)
-    bc, losses, curve = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, val_loss = imitate(env, actor, lloyd_clairvoyant, cfg)
     assert len(losses) == 2 * 2 * 10 and len(curve) == 4  # two chunks of 10, each round
     for a, b in zip(jax.tree.leaves(eqx.filter(bc, eqx.is_inexact_array)),
                     jax.tree.leaves(eqx.filter(actor, eqx.is_inexact_array)), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    still = imitate(env, actor, lloyd_clairvoyant, dataclasses.replace(cfg, lr=1e-30))
+    assert val_loss == pytest.approx(still.curve[-1]["val_loss"], rel=1e-6)
+    assert val_loss < min(p["val_loss"] for p in curve[2:]), (val_loss, curve)
 
 
 def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning():
