@@ -25,7 +25,8 @@ session, and compared with it:
   exactly (a tiny toy whose floats came out identical on AVX2 and AVX-512, and on that
   EPYC), and every row's keys and integer columns (round, env steps, invalid members)
   exactly, for the demo and each seed. No float of the CLI runs is compared there: a
-  tolerance cannot absorb a flipped rank.
+  tolerance cannot absorb a flipped rank, so there the two CLI scenarios run under
+  ``-m slow`` (``make test-slow``) and the default suite keeps ``merl_coexist``.
 
 The recording runs the CLI twice (``feudal-es demo`` and ``--seeds 0 1``: two programs,
 each compiled once, in two concurrent subprocesses) and the toy in a third: each
@@ -150,7 +151,16 @@ def test_the_pins_file_is_the_recording():
     assert PINNED["n_outer"] == 3 and PINNED["machine"]["devices"] == 1
 
 
-@pytest.mark.parametrize("scenario", pins.SCENARIOS)
+def _scenarios() -> list[Any]:
+    """Every scenario; off the recording machine the two CLI runs are ``slow``: there they
+    pin only each row's keys and integer columns, for about 50 s of the default suite's
+    two workers (two programs compiled in two subprocesses)."""
+    on_it = same_machine(pins.machine(), PINNED["machine"])
+    return [pytest.param(s, marks=() if on_it or s == "merl_coexist" else pytest.mark.slow)
+            for s in pins.SCENARIOS]
+
+
+@pytest.mark.parametrize("scenario", _scenarios())
 def test_same_seed_same_numbers(recorded, scenario):
     got, machine = recorded(scenario)
     compare(scenario, got, PINNED[scenario], exact=same_machine(machine, PINNED["machine"]))
