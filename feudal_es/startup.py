@@ -54,7 +54,13 @@ def log_to_stderr() -> None:
 def enable_compile_cache() -> None:
     """Persist XLA compilations across runs (compile time dominates on CPU). Uses
     ``$JAX_COMPILATION_CACHE_DIR`` if set, else ``~/.cache/feudal-es/jax``; set
-    ``FEUDAL_ES_COMPILE_CACHE=0`` to disable."""
+    ``FEUDAL_ES_COMPILE_CACHE=0`` to disable.
+
+    Every compilation is kept, not only those over JAX's default second
+    (``$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` still decides when set): a command
+    also compiles hundreds of small programs (each array operation outside ``jit``,
+    JaxMARL's env constructors), tens of milliseconds each, that loading from disk skips
+    on the next run (``bench/RESULTS.md``)."""
     if os.environ.get("FEUDAL_ES_COMPILE_CACHE", "1") == "0":
         return
     import jax
@@ -65,7 +71,9 @@ def enable_compile_cache() -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
     except OSError:
-        pass  # read-only home etc.: just compile
+        return  # read-only home etc.: just compile
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def import_modules(names: Sequence[str] | None) -> None:
