@@ -262,15 +262,17 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         new = collect(actor, k_data, beta)
         data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r)
         val = aggregate(val, jax.tree.map(lambda x: x[size:], new), r)
-        count, val_count = (r + 1) * size, (r + 1) * val_size
+        # arrays, not Python ints: a static count would compile train and validate anew
+        # every round
+        count, val_count = jnp.int32((r + 1) * size), jnp.int32((r + 1) * val_size)
         if progress is not None:
-            progress({"round": r, "collected": count + val_count})
+            progress({"round": r, "collected": int(count + val_count)})
         actor, opt, best_loss = fit(actor, opt, train, data, val, count, val_count, r,
                                     k_train, cfg.steps_per_round // cfg.chunk, cfg.patience)
     if cfg.final_steps:  # the final fit: round index cfg.rounds in the curve
         final_tx = cfg.final_optimizer()
         if progress is not None:
-            progress({"round": cfg.rounds, "collected": count + val_count})
+            progress({"round": cfg.rounds, "collected": int(count + val_count)})
         actor, _, best_loss = fit(actor, final_tx.init(eqx.filter(actor, filt)),
                                   trainer(final_tx), data, val, count, val_count,
                                   cfg.rounds, key, cfg.final_steps // cfg.chunk, 0)

@@ -7,8 +7,11 @@ imitation is good: J(T)/J(0) of the pretrained executor on 16 held-out episodes 
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import json
+import logging
 
 import equinox as eqx
 import jax
@@ -56,6 +59,27 @@ def lloyd_cost(env, episodes=16):
     run = jax.jit(jax.vmap(lambda k: run_episode(k, env, stateless(lloyd_clairvoyant, env),
                                                  record=lambda o: o.metrics)))
     return float(run(keys).outs["coverage_cost"][:, -1].mean())
+
+
+@contextlib.contextmanager
+def compilations():
+    """Counts JAX's programs by function name while the block runs (traced and lowered
+    anew: a persistent-cache hit still counts)."""
+    counts: collections.Counter = collections.Counter()
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            words = record.getMessage().split()
+            if len(words) > 1 and words[0] == "Compiling":
+                counts[words[1]] += 1
+
+    handler, logger = Count(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            yield counts
+    finally:
+        logger.removeHandler(handler)
 
 
 def test_imitation_loss_falls_only_the_executor_moves_and_a_run_starts_from_it(tmp_path):
@@ -152,8 +176,15 @@ def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning():
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
                          steps_per_round=20, evals_per_round=2, lr=3e-3)
-    plain = imitate(env, actor, lloyd_clairvoyant, cfg)
-    fitted = imitate(env, actor, lloyd_clairvoyant, dataclasses.replace(cfg, final_steps=40))
+    with compilations() as plain_compiled:
+        plain = imitate(env, actor, lloyd_clairvoyant, cfg)
+    with compilations() as fitted_compiled:
+        fitted = imitate(env, actor, lloyd_clairvoyant,
+                         dataclasses.replace(cfg, final_steps=40))
+    # one program for every round (the filled count is an array, not a static int); the
+    # final fit's optimizer is another train program
+    programs = [(c["jit(train)"], c["jit(validate)"]) for c in (plain_compiled, fitted_compiled)]
+    assert programs == [(1, 1), (2, 1)], (plain_compiled, fitted_compiled)
     assert fitted.curve[:4] == plain.curve and fitted.losses[:40] == plain.losses
     final = fitted.curve[4:]
     assert [(p["round"], p["step"]) for p in final] == [(2, 50), (2, 60), (2, 70), (2, 80)]
