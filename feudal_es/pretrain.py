@@ -15,7 +15,9 @@ measured every few gradient steps (the validation curve), a round's training sto
 ``patience`` measurements without a better one, and the round ends with the actor of its
 best validation loss (LPAC's train / validation split). An optional final fit
 (``final_steps``) trains on all the rounds' data with a decaying rate (LPAC trains its
-network for many epochs on the aggregated data set).
+network for many epochs on the aggregated data set). With ``select_episodes``, imitate
+returns the round's actor that plays best (DAgger's own last step: the best of the
+rounds' policies on validation episodes), not the last.
 The feudal split (``experts`` and ``schedule``): each option imitates its own expert
 (Coverage: "explore" the frontier explorer, "cover" clairvoyant Lloyd) while the executor
 follows an option schedule (``ActorConfig.options="schedule"``: "explore" for the first
@@ -135,12 +137,34 @@ def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
 class Imitation(NamedTuple):
     """What :func:`imitate` returns."""
 
-    actor: FeudalActor  # the last round's (or the final fit's) best by validation loss
+    # the last round's (or the final fit's) best by validation loss; with
+    # ``select_episodes``, the round's of the highest team return (``team_returns``)
+    actor: FeudalActor
     losses: list[float]  # the training loss of every gradient step taken
     curve: list[dict[str, float]]  # per measurement: round, step, train_loss, val_loss
-    # the returned actor's validation loss on the last round's (or final fit's) data: the
-    # round's starting actor's where no measurement beat it, so not always in ``curve``
+    # the returned actor's validation loss on its round's data: the round's starting
+    # actor's where no measurement beat it, so not always in ``curve``
     val_loss: float
+    # with ``select_episodes``: each round's (and the final fit's) actor's mean team return
+    # on the selection episodes; empty without
+    team_returns: tuple[float, ...] = ()
+
+
+#: the stream of the selection episodes' keys (``PretrainConfig.select_episodes``), apart
+#: from the data rounds' (``jax.random.key(seed)`` split round by round)
+SELECT_STREAM = 1
+
+
+def _team_return(env: SwarmEnv, cfg: PretrainConfig) -> Callable[[FeudalActor], float]:
+    """``score(actor)``: its mean team return, deterministic and holding its options, on
+    ``cfg.select_episodes`` episodes of its own (one compiled rollout)."""
+    from feudal_es.rollout import make_population_rollouts
+    from feudal_es.theta import selector_theta
+
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), SELECT_STREAM),
+                            cfg.select_episodes)
+    rollouts = eqx.filter_jit(make_population_rollouts(env, True))
+    return lambda a: float(jnp.mean(rollouts(a, selector_theta(a)[None], keys)[0]))
 
 
 def _check_options(actor: FeudalActor, expert: Expert, cfg: PretrainConfig) -> None:
@@ -252,6 +276,17 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
                     break  # early stop: the round ends with its best actor
         return best, opt, best_loss
 
+    score = _team_return(env, cfg) if cfg.select_episodes else None
+    team_returns: list[float] = []
+    chosen: tuple[FeudalActor, float] | None = None
+
+    def select(actor: FeudalActor, val_loss: float) -> None:
+        nonlocal chosen
+        if score is not None:
+            team_returns.append(score(actor))
+            if chosen is None or team_returns[-1] > max(team_returns[:-1]):
+                chosen = (actor, val_loss)
+
     key = jax.random.key(cfg.seed)
     size, val_size = cfg.episodes * env.max_steps, cfg.val_episodes * env.max_steps
     train = trainer(tx)
@@ -269,6 +304,7 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
             progress({"round": r, "collected": int(count + val_count)})
         actor, opt, best_loss = fit(actor, opt, train, data, val, count, val_count, r,
                                     k_train, cfg.steps_per_round // cfg.chunk, cfg.patience)
+        select(actor, best_loss)
     if cfg.final_steps:  # the final fit: round index cfg.rounds in the curve
         final_tx = cfg.final_optimizer()
         if progress is not None:
@@ -276,7 +312,10 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         actor, _, best_loss = fit(actor, final_tx.init(eqx.filter(actor, filt)),
                                   trainer(final_tx), data, val, count, val_count,
                                   cfg.rounds, key, cfg.final_steps // cfg.chunk, 0)
-    return Imitation(actor, losses, curve, best_loss)
+        select(actor, best_loss)
+    if chosen is not None:
+        actor, best_loss = chosen
+    return Imitation(actor, losses, curve, best_loss, tuple(team_returns))
 
 
 def save_pretrained(path: str | Path, actor: FeudalActor, metadata: dict[str, Any]) -> Path:
@@ -379,6 +418,7 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
            else {"option": cfg.option}),
         "pretrain": dataclasses.asdict(cfg), "loss_first": result.losses[0],
         "loss_last": result.losses[-1], "val_loss": result.val_loss,
-        "steps": len(result.losses), "heldout": rows})
+        "steps": len(result.losses), "team_returns": list(result.team_returns),
+        "heldout": rows})
     write_curve(saved, result.curve, f"imitating {name} on {config.env}")
     return saved, rows, result

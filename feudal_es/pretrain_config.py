@@ -54,6 +54,12 @@ class PretrainConfig:
     # fresh optimizer whose rate decays (cosine) from lr to lr * FINAL_DECAY, ending with
     # the actor of the best validation loss (no early stop); 0: none. A multiple of chunk
     final_steps: int = 0
+    # DAgger's last step (Ross et al. 2011: return the best of the rounds' policies on
+    # validation): after each round (and the final fit) the actor plays this many episodes
+    # of its own (keys from ``seed``, the same every round, never trained on) and imitate
+    # returns the one of the highest mean team return; 0: the last round's (or the final
+    # fit's). The rounds go on from the last round's actor either way
+    select_episodes: int = 0
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -76,7 +82,7 @@ class PretrainConfig:
         for name, low in (("option", 0), ("episodes", 1), ("rounds", 1),
                           ("steps_per_round", 1), ("batch_size", 1), ("seed", 0),
                           ("val_episodes", 1), ("evals_per_round", 1), ("patience", 0),
-                          ("final_steps", 0)):
+                          ("final_steps", 0), ("select_episodes", 0)):
             check_int(f"{c}.{name}", getattr(self, name), low)
         if self.final_steps % self.chunk:
             raise ValueError(f"{c}.final_steps={self.final_steps} must be a multiple of the "

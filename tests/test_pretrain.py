@@ -22,10 +22,11 @@ from agents import FeudalActor, selector_filter
 from envs.coverage import Coverage
 from envs.episode import run_episode, stateless
 from envs.policies import lloyd_clairvoyant
-from feudal_es import cli
+from feudal_es import cli, pretrain
 from feudal_es.checkpoint import CheckpointError, read_metadata
 from feudal_es.config import COMPACT_ACTOR, TrainerConfig
 from feudal_es.pretrain import (
+    SELECT_STREAM,
     PretrainConfig,
     curve_paths,
     imitate,
@@ -86,7 +87,7 @@ def test_imitation_loss_falls_only_the_executor_moves_and_a_run_starts_from_it(t
     env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=8, rounds=2, steps_per_round=150)
-    bc, losses, curve, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, *_ = imitate(env, actor, lloyd_clairvoyant, cfg)
     assert len(losses) == 300
     # ten validation losses a round, every 15 steps, each after its chunk's steps
     assert [(p["round"], p["step"]) for p in curve] == [
@@ -136,7 +137,7 @@ def test_pretrained_executor_is_within_1_5x_of_clairvoyant_lloyd():
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=64, val_episodes=16, rounds=3,
                          steps_per_round=1500, patience=3)
-    bc, losses, curve, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, *_ = imitate(env, actor, lloyd_clairvoyant, cfg)
     ours, expert = coverage_cost(env, bc), lloyd_cost(env)
     # the fit falls on one data set, behaviour cloning's: each DAgger round adds the
     # imitator's own, harder states, so a later round's loss is not comparable with the
@@ -157,7 +158,7 @@ def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor(
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
                          steps_per_round=40, evals_per_round=4, patience=2, lr=30.0)
-    bc, losses, curve, val_loss = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, val_loss, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
     assert len(losses) == 2 * 2 * 10 and len(curve) == 4  # two chunks of 10, each round
     for a, b in zip(jax.tree.leaves(eqx.filter(bc, eqx.is_inexact_array)),
                     jax.tree.leaves(eqx.filter(actor, eqx.is_inexact_array)), strict=True):
@@ -194,6 +195,54 @@ def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning():
         jax.tree.leaves(eqx.filter(fitted.actor, eqx.is_inexact_array)),
         jax.tree.leaves(eqx.filter(plain.actor, eqx.is_inexact_array)), strict=True)]
     assert any(moved)
+
+
+def test_select_episodes_returns_the_round_that_plays_best_and_trains_as_without(
+        monkeypatch):
+    """DAgger's last step (``select_episodes``): the rounds train bit for bit as without
+    it, each round's actor is scored by its team return on the selection episodes (keys
+    from the seed's own stream: a plain rollout of the actor gives the same), and the
+    actor returned is the best-scored round's, with that round's best validation loss. The
+    scores are the real ones, less 10 for every round after the first, so that the choice
+    (round 0, not the last) is known."""
+    env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
+    actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
+    cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
+                         steps_per_round=20, evals_per_round=2, lr=3e-3)
+    plain = imitate(env, actor, lloyd_clairvoyant, cfg)
+    real, scored = pretrain._team_return, []
+
+    def later_rounds_worse(env, cfg):
+        score = real(env, cfg)
+
+        def penalised(a):
+            scored.append((a, score(a)))
+            return scored[-1][1] - 10.0 * (len(scored) - 1)
+        return penalised
+
+    monkeypatch.setattr(pretrain, "_team_return", later_rounds_worse)
+    picked = imitate(env, actor, lloyd_clairvoyant, dataclasses.replace(cfg, select_episodes=6))
+    assert picked.curve == plain.curve and picked.losses == plain.losses
+    assert plain.team_returns == ()
+    assert picked.team_returns == (scored[0][1], scored[1][1] - 10.0)
+    assert picked.actor is scored[0][0]
+    # round 0's best validation loss (its starting actor's where no measurement beat it)
+    assert picked.val_loss <= min(p["val_loss"] for p in plain.curve if p["round"] == 0)
+    assert picked.val_loss != plain.val_loss
+
+    def same(x, y):
+        return all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+            jax.tree.leaves(eqx.filter(x, eqx.is_inexact_array)),
+            jax.tree.leaves(eqx.filter(y, eqx.is_inexact_array)), strict=True))
+
+    assert same(scored[1][0], plain.actor) and not same(picked.actor, plain.actor)
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), SELECT_STREAM), 6)
+    rollouts = jax.jit(make_population_rollouts(env, True))
+    for a, team_return in scored:
+        ret, _ = rollouts(a, selector_theta(a)[None], keys)
+        assert float(ret.mean()) == pytest.approx(team_return, rel=1e-5, abs=1e-6)
+    with pytest.raises(ValueError, match="select_episodes"):
+        PretrainConfig(select_episodes=-1)
 
 
 def test_the_final_fit_decays_its_rate_by_cosine_from_lr_to_a_hundredth():
