@@ -186,6 +186,13 @@ PROBES["dagger-32-rounds-memory-wide"] = {**PROBES["dagger-8-rounds-memory-wide"
 # trains for many epochs): about the 32-round probe's gradient steps and time
 PROBES["dagger-16-rounds-memory-wide-final-fit"] = {
     **PROBES["dagger-16-rounds-memory-wide"], "final_steps": 9000}
+# added 2026-12-07 after the 32-round study's seeds 0-8 (seed 5 at 0.540, Lloyd's level,
+# with the others' validation loss): DAgger's own last step (Ross et al. 2011), which
+# these recipes skipped, returns the best of the rounds' policies on validation, not the
+# last. Each round's actor plays 64 episodes of its own (PretrainConfig.select_episodes,
+# keys from the seed's own stream, apart from the sweep's and the held-out ones)
+PROBES["dagger-32-rounds-memory-wide-select"] = {
+    **PROBES["dagger-32-rounds-memory-wide"], "select_episodes": 64}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
@@ -243,7 +250,9 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
     timer = Timer()
     result = imitate(env.core, actor, expert, cfg)
     return result.actor, {"steps": len(result.losses), "val_loss": result.val_loss,
-                          "wall_s": timer()}
+                          "wall_s": timer(),
+                          **({"team_returns": list(result.team_returns)}
+                             if result.team_returns else {})}
 
 
 def coverage_costs(actor: Any, env_kwargs: dict[str, Any], keys: Any) -> list[float]:
