@@ -353,7 +353,8 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
         for seed in seeds:
             actor, record = imitate_seed(recipe, seed)
             costs = coverage_costs(actor, {**ENV_KWARGS, **split_recipe(recipe)[1]}, keys)
-            runs.append({"seed": seed, "coverage_cost": sum(costs) / len(costs), **record})
+            runs.append({"seed": seed, "coverage_cost": sum(costs) / len(costs),
+                         "coverage_costs": costs, **record})
             print(json.dumps({"probe": name, **runs[-1]}), flush=True)
         report["probes"][name] = {"recipe": recipe, "runs": runs,
                                   **summarize([r["coverage_cost"] for r in runs])}
@@ -413,7 +414,8 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     """The recipe of :data:`RECIPE` (``scale`` below 1: smaller, see
     :func:`scaled_recipe`) trained on ``seeds`` at :func:`scaled_env` ``(factor)``, each
     actor on the held-out episodes at that size and every larger one of :data:`FACTORS`,
-    with the Lloyd references there. Each finished seed's costs wait in
+    with the Lloyd references there (each seed's mean and per-episode costs, so that a seed
+    is compared with Lloyd episode by episode). Each finished seed's costs wait in
     ``<out_dir>/<report>-seeds/seed_<s>.json`` until the report is written, so a job
     stopped part-way and run again with ``resume`` keeps the seeds it finished, even on
     another machine (the files can be committed)."""
@@ -436,6 +438,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
             for f, kwargs in sizes.items():
                 costs = coverage_costs(actor, {**kwargs, **OBSERVE}, keys)
                 record[f"coverage_cost_x{f}"] = sum(costs) / len(costs)
+                record[f"coverage_costs_x{f}"] = costs  # per episode, as Lloyd's
             record = {"seed": seed, **record}
             write_json(journal, {**what, "rows": [record]})
         else:

@@ -61,8 +61,9 @@ def test_a_smoke_scale_shrinks_episodes_and_steps_not_rounds():
 
 def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
     """Killed at its third seed and run again with resume: seeds 0 and 1 come from their
-    journals (not imitated again), the report holds every seed's costs as computed, and
-    the journals go once it is written; without resume every seed runs."""
+    journals (not imitated again), the report holds every seed's costs as computed (mean
+    and per episode), and the journals go once it is written; without resume every seed
+    runs."""
     trained: list[int] = []
     stop_at = {"seed": 2}
 
@@ -93,6 +94,8 @@ def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
         [0.304, 0.314, 0.324])
     assert report["sizes"]["16 robots"]["imitator"]["per_seed"] == pytest.approx(
         [0.316, 0.326, 0.336])
+    for run, cost in zip(report["runs"], (0.304, 0.314, 0.324), strict=True):
+        assert run["coverage_costs_x1"] == pytest.approx([cost] * 2)  # journaled ones too
     assert not (tmp_path / "coverage_lpac-seeds").exists()
     trained.clear()
     study(resume=False)
