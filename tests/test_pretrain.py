@@ -168,17 +168,25 @@ def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor(
     assert val_loss < min(p["val_loss"] for p in curve[2:]), (val_loss, curve)
 
 
-def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning():
-    """``final_steps`` after the last round: the rounds run as without it (bit for bit,
-    one program), the final fit's measurements follow as round ``rounds`` on all the
-    rounds' data, its validation loss goes below the last round's best, and the actor it
-    returns is its own best, not the last round's."""
+@pytest.fixture(scope="module")
+def two_rounds():
+    """A small two-round imitation, as is (no final fit, no selection), with the programs
+    it compiled: the run that the final-fit and selection tests compare theirs with."""
     env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
                          steps_per_round=20, evals_per_round=2, lr=3e-3)
-    with compilations() as plain_compiled:
+    with compilations() as compiled:
         plain = imitate(env, actor, lloyd_clairvoyant, cfg)
+    return env, actor, cfg, plain, compiled
+
+
+def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning(two_rounds):
+    """``final_steps`` after the last round: the rounds run as without it (bit for bit,
+    one program), the final fit's measurements follow as round ``rounds`` on all the
+    rounds' data, its validation loss goes below the last round's best, and the actor it
+    returns is its own best, not the last round's."""
+    env, actor, cfg, plain, plain_compiled = two_rounds
     with compilations() as fitted_compiled:
         fitted = imitate(env, actor, lloyd_clairvoyant,
                          dataclasses.replace(cfg, final_steps=40))
@@ -198,18 +206,14 @@ def test_the_final_fit_follows_the_rounds_on_their_data_and_keeps_learning():
 
 
 def test_select_episodes_returns_the_round_that_plays_best_and_trains_as_without(
-        monkeypatch):
+        two_rounds, monkeypatch):
     """DAgger's last step (``select_episodes``): the rounds train bit for bit as without
     it, each round's actor is scored by its team return on the selection episodes (keys
     from the seed's own stream: a plain rollout of the actor gives the same), and the
     actor returned is the best-scored round's, with that round's best validation loss. The
     scores are the real ones, less 10 for every round after the first, so that the choice
     (round 0, not the last) is known."""
-    env = Coverage(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
-    actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
-    cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
-                         steps_per_round=20, evals_per_round=2, lr=3e-3)
-    plain = imitate(env, actor, lloyd_clairvoyant, cfg)
+    env, actor, cfg, plain, _ = two_rounds
     real, scored = pretrain._team_return, []
 
     def later_rounds_worse(env, cfg):
