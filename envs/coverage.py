@@ -25,6 +25,7 @@ from jax import lax
 
 from envs.base import EnvOut, Obs, SwarmEnv, check_positive_float, check_positive_int
 from envs.coverage_memory import MEMORY_FRAMES, memory_maps
+from envs.coverage_symmetry import ORDER, transform_state
 from envs.render import AGENT_COLOR, HEAT_COLOR, LINK_COLOR, draw_swarm
 
 _NEIGHBOUR_MODES = ("count", "xy")
@@ -259,6 +260,15 @@ class Coverage(SwarmEnv):
         """Channels C of ``obs["maps"]``: 3 (``"count"``) or 4 (``"xy"``), one more with
         ``seen_map``."""
         return (3 if self.neighbour_map == "count" else 4) + int(self.seen_map)
+
+    #: the task's symmetries (the square's, :mod:`envs.coverage_symmetry`), which
+    #: imitation may augment its data with (``PretrainConfig.augment``)
+    symmetries: ClassVar[int] = ORDER
+
+    def transform(self, state: CoverageState, g: jax.Array) -> CoverageState:
+        """``state`` in the world moved by symmetry ``g`` (``0 .. symmetries - 1``; 0:
+        unchanged), another state of this env's distribution."""
+        return transform_state(state, g, self.world_size)
 
     def cell_centres(self) -> jax.Array:
         """``[G]`` coordinate of the cell centres along either axis."""

@@ -17,7 +17,10 @@ best validation loss (LPAC's train / validation split). An optional final fit
 (``final_steps``) trains on all the rounds' data with a decaying rate (LPAC trains its
 network for many epochs on the aggregated data set). With ``select_episodes``, imitate
 returns the round's actor that plays best (DAgger's own last step: the best of the
-rounds' policies on validation episodes), not the last.
+rounds' policies on validation episodes), not the last. With ``augment`` each training
+sample keeps its env state and, at every gradient step, is moved by a random symmetry of
+the env (Coverage: the square's 8, :mod:`envs.coverage_symmetry`), observed and labelled
+anew.
 The feudal split (``experts`` and ``schedule``): each option imitates its own expert
 (Coverage: "explore" the frontier explorer, "cover" clairvoyant Lloyd) while the executor
 follows an option schedule (``ActorConfig.options="schedule"``: "explore" for the first
@@ -103,11 +106,11 @@ def scheduled_expert(experts: Sequence[Callable | None], schedule: Sequence[int]
 
 
 def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
-              episodes: int, beta: float) -> dict[str, jax.Array]:
+              episodes: int, beta: float, keep_state: bool = False) -> dict[str, jax.Array]:
     """``episodes`` rollouts in which each step the expert acts with probability ``beta``
     (else the executor, deterministic), the options as the actor holds them (its
     ``fixed_option`` or ``option_schedule``): every visited (obs, adj, option) with the
-    label of that option's expert."""
+    label of that option's expert, and with ``keep_state`` the env state it came from."""
     label_of = _labeller(env, expert)
 
     def one(key: jax.Array) -> dict[str, jax.Array]:
@@ -122,9 +125,10 @@ def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
             option, out = actor.step(k_exp, obs, adj, prev, t, deterministic=True)
             label = label_of(k_exp, state, option)
             action = jnp.where(jax.random.uniform(k_coin) < beta, label, out.env_action)
-            obs2, state, _ = env.step(k_env, state, action)
-            return (obs2, state, option), {"obs": obs, "adj": adj, "option": option,
-                                           "label": label}
+            obs2, state2, _ = env.step(k_env, state, action)
+            sample = {"obs": obs, "adj": adj, "option": option, "label": label}
+            return (obs2, state2, option), {**sample, **({"state": state} if keep_state
+                                                          else {})}
 
         xs = (jnp.arange(env.max_steps), jax.random.split(k_run, env.max_steps))
         carry = (obs, state, actor.initial_option(env.num_agents))
@@ -132,6 +136,15 @@ def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
 
     data = jax.vmap(one)(jax.random.split(key, episodes))
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)  # [episodes * T, ...]
+
+
+def _moved(env: SwarmEnv, label_of: Callable, sample: dict[str, Any], g: jax.Array,
+           key: jax.Array) -> dict[str, Any]:
+    """A gathered sample (its ``"state"`` kept) with its state moved by the env's symmetry
+    ``g``, then observed and labelled by the expert anew (``PretrainConfig.augment``)."""
+    state = env.transform(sample["state"], g)
+    return {**sample, "obs": env.observe(state), "adj": env.comm_graph(state),
+            "label": label_of(key, state, sample["option"])}
 
 
 class Imitation(NamedTuple):
@@ -204,12 +217,22 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         raise ValueError(f"PretrainConfig.loss='direction' fits a speed and heading: it needs "
                          f"a vector action, and {type(env).__name__}'s action space is "
                          f"{env.action_space}")
+    if cfg.augment and getattr(env, "symmetries", 1) < 2:
+        raise ValueError(f"PretrainConfig.augment moves samples by the env's symmetries: "
+                         f"{type(env).__name__} declares none (an env's `symmetries` and "
+                         f"`transform(state, g)`, as Coverage's)")
     tx = cfg.optimizer()
     filt = executor_filter(actor)
     opt = tx.init(eqx.filter(actor, filt))
     # one compiled collection per round: the training episodes, then the validation ones
     collect = eqx.filter_jit(lambda a, k, beta: _episodes(
-        env, expert, a, k, cfg.episodes + cfg.val_episodes, beta))
+        env, expert, a, k, cfg.episodes + cfg.val_episodes, beta, cfg.augment))
+    label_of = _labeller(env, expert)
+
+    def augmented(sample, key):  # the sample's state moved by a random symmetry
+        k_g, k_label = jax.random.split(key)
+        g = jax.random.randint(k_g, (), 0, env.symmetries)
+        return _moved(env, label_of, sample, g, k_label)
 
     def sample_loss(a, sample):  # one swarm state: the mean over agents and action dims
         out = a.act(jax.random.key(0), sample["obs"], sample["adj"], sample["option"],
@@ -228,6 +251,9 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
                 actor, opt = carry
                 idx = jax.random.randint(k, (cfg.batch_size,), 0, count)  # the filled part
                 mb = jax.tree.map(lambda x: x[idx], data)
+                if cfg.augment:  # its own key: the sampled indices are as without it
+                    mb = jax.vmap(augmented)(mb, jax.random.split(jax.random.fold_in(k, 1),
+                                                                  cfg.batch_size))
                 params, rest = eqx.partition(actor, filt)
                 loss, grads = jax.value_and_grad(loss_fn)(params, rest, mb)
                 updates, opt = tx.update(grads, opt, params)
@@ -296,7 +322,8 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         beta = jnp.float32(cfg.beta_decay ** r if r else 1.0)  # traced: no recompile
         new = collect(actor, k_data, beta)
         data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r)
-        val = aggregate(val, jax.tree.map(lambda x: x[size:], new), r)
+        val = aggregate(val, jax.tree.map(lambda x: x[size:], {
+            k: v for k, v in new.items() if k != "state"}), r)  # validation: as gathered
         # arrays, not Python ints: a static count would compile train and validate anew
         # every round
         count, val_count = jnp.int32((r + 1) * size), jnp.int32((r + 1) * val_size)

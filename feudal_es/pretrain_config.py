@@ -60,6 +60,11 @@ class PretrainConfig:
     # returns the one of the highest mean team return; 0: the last round's (or the final
     # fit's). The rounds go on from the last round's actor either way
     select_episodes: int = 0
+    # the env's symmetries (Coverage: the square's 8, envs.coverage_symmetry): each
+    # training sample's state is moved by a random one, then observed and labelled by the
+    # expert anew, so every gathered state stands for its rotations and mirror images (the
+    # validation samples are as gathered)
+    augment: bool = False
 
     def __post_init__(self) -> None:
         c = type(self).__name__
@@ -93,6 +98,7 @@ class PretrainConfig:
         check_number(f"{c}.beta_decay", self.beta_decay, low=0.0, high=1.0)
         check_number(f"{c}.weight_decay", self.weight_decay, low=0.0)
         check_bool(f"{c}.clip_loss", self.clip_loss)
+        check_bool(f"{c}.augment", self.augment)
         if self.loss not in IMITATION_LOSSES:
             raise ValueError(f"{c}.loss must be one of {IMITATION_LOSSES}, got {self.loss!r}")
         if self.lr_schedule not in LR_SCHEDULES:

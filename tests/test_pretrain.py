@@ -249,6 +249,60 @@ def test_select_episodes_returns_the_round_that_plays_best_and_trains_as_without
         PretrainConfig(select_episodes=-1)
 
 
+class Unmoved(Coverage):
+    """Coverage whose every symmetry leaves a state where it is."""
+
+    def transform(self, state, g):
+        return state
+
+
+def test_augment_trains_on_moved_states_and_otherwise_as_without(two_rounds):
+    """``augment``: each training sample is its gathered state moved by a random symmetry,
+    observed and labelled anew. Oracles: the kept states are the ones observed (each
+    re-observes and re-labels to its sample exactly); a moved sample's label is the moved
+    expert action (clairvoyant Lloyd is equivariant), so obs and label move together;
+    with symmetries that leave every state where it is the run is the plain one (another
+    program, so to float tolerance: the same indices drawn, the same samples); with the
+    square's it is not, and one train program still serves every round. An env without
+    symmetries is refused."""
+    from envs.coverage_symmetry import transform_vectors
+    from envs.rover import Rover
+
+    env, actor, cfg, plain, _ = two_rounds
+    data = pretrain._episodes(env, lloyd_clairvoyant, actor, jax.random.key(5), 2, 0.5,
+                              keep_state=True)
+    label_of = pretrain._labeller(env, lloyd_clairvoyant)
+    for i in (0, 7, 13, 23):
+        sample = jax.tree.map(lambda x, i=i: x[i], data)
+        same = pretrain._moved(env, label_of, sample, 0, jax.random.key(0))
+        for k in ("obs", "adj"):
+            for a, b in zip(jax.tree.leaves(same[k]), jax.tree.leaves(sample[k]), strict=True):
+                np.testing.assert_array_equal(a, b)
+        # the label: Lloyd's float sums, here outside the gathering's compiled scan
+        np.testing.assert_allclose(same["label"], sample["label"], rtol=1e-6, atol=1e-7)
+        for g in (1, 6):
+            moved = pretrain._moved(env, label_of, sample, g, jax.random.key(0))
+            np.testing.assert_allclose(moved["label"], transform_vectors(sample["label"], g),
+                                       rtol=1e-5, atol=1e-5)
+            assert not np.allclose(moved["obs"]["vec"], sample["obs"]["vec"])
+    aug = dataclasses.replace(cfg, augment=True)
+    unmoved = Unmoved(num_agents=3, max_steps=12, grid_size=16, map_size=8, num_features=3)
+    still = imitate(unmoved, actor, lloyd_clairvoyant, aug)
+    np.testing.assert_allclose(still.losses, plain.losses, rtol=1e-4)
+    with compilations() as compiled:
+        moved = imitate(env, actor, lloyd_clairvoyant, aug)
+    assert (compiled["jit(train)"], compiled["jit(validate)"]) == (1, 1), compiled
+    assert np.all(np.isfinite(moved.losses)) and len(moved.losses) == len(plain.losses)
+    assert not np.allclose(moved.losses, plain.losses, rtol=1e-3)
+    rover = Rover(num_agents=2, num_pois=2, coupling=1)
+    with pytest.raises(ValueError, match="symmetries"):
+        imitate(rover, FeudalActor.from_env(jax.random.key(0), rover, dataclasses.replace(
+            ACTOR, fixed_option=0)), lambda k, e, s: None, dataclasses.replace(
+                aug, option=0))
+    with pytest.raises(TypeError, match="augment"):
+        PretrainConfig(augment=1)
+
+
 def test_the_final_fit_decays_its_rate_by_cosine_from_lr_to_a_hundredth():
     """A constant gradient makes each Adam update the learning rate itself (up to eps):
     the final optimizer's updates follow lr * (d + (1 - d) (1 + cos(pi t / T)) / 2)."""
