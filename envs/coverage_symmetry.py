@@ -32,21 +32,19 @@ def _bits(g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return (g & 1) > 0, (g & 2) > 0, (g & 4) > 0
 
 
-def transform_points(p: jax.Array, g: jax.Array, world_size: float) -> jax.Array:
-    """``[..., 2]`` positions (x, y) in a world of side ``world_size`` moved by ``g``."""
-    swap, fx, fy = _bits(g)
-    p = jnp.where(swap, p[..., ::-1], p)
-    x = jnp.where(fx, world_size - p[..., 0], p[..., 0])
-    y = jnp.where(fy, world_size - p[..., 1], p[..., 1])
-    return jnp.stack([x, y], axis=-1)
-
-
 def transform_vectors(v: jax.Array, g: jax.Array) -> jax.Array:
     """``[..., 2]`` displacements (actions, velocities) moved by ``g``: no translation."""
     swap, fx, fy = _bits(g)
     v = jnp.where(swap, v[..., ::-1], v)
     return jnp.stack([jnp.where(fx, -v[..., 0], v[..., 0]),
                       jnp.where(fy, -v[..., 1], v[..., 1])], axis=-1)
+
+
+def transform_points(p: jax.Array, g: jax.Array, world_size: float) -> jax.Array:
+    """``[..., 2]`` positions (x, y) in a world of side ``world_size`` moved by ``g``: the
+    mirrored coordinates shifted back into the world (``W + (-x)`` is ``W - x`` exactly)."""
+    _, fx, fy = _bits(g)
+    return transform_vectors(p, g) + jnp.stack([fx, fy]).astype(p.dtype) * world_size
 
 
 def transform_grid(x: jax.Array, g: jax.Array) -> jax.Array:
