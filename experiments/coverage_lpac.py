@@ -193,6 +193,13 @@ PROBES["dagger-16-rounds-memory-wide-final-fit"] = {
 # keys from the seed's own stream, apart from the sweep's and the held-out ones)
 PROBES["dagger-32-rounds-memory-wide-select"] = {
     **PROBES["dagger-32-rounds-memory-wide"], "select_episodes": 64}
+# added 2026-12-07 (a later session) after the 32-round imitator was seen to overfit: in
+# round 0 its training loss fell 0.070 -> 0.009 while validation rose 0.116 -> 0.161, and
+# later rounds stopped after their first chunk. Each gradient step moves its batch's states
+# by a random symmetry of the square (PretrainConfig.augment, relabelled by the expert):
+# eight times the distinct states for the same episodes, on the 8-round recipe
+PROBES["dagger-8-rounds-memory-wide-augment"] = {
+    **PROBES["dagger-8-rounds-memory-wide"], "augment": True}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
