@@ -494,7 +494,37 @@ def study_markdown(report: dict[str, Any]) -> str:
     lines += ["", f"J(T)/J(0), lower is better. Wall time {report['wall_s'] / 60:.1f} min "
               f"(the job that wrote this report); imitation {imitation:.1f} min over every "
               "seed, the seeds an earlier job journaled included."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + episode_lines(report)) + "\n"
+
+
+def episode_lines(report: dict[str, Any]) -> list[str]:
+    """The study's imitator against decentralized Lloyd episode by episode
+    (:func:`experiments.coverage_tails.by_difficulty`), at each size whose runs kept
+    their per-episode costs (studies before 2026-12-07 did not)."""
+    from experiments.coverage_tails import by_difficulty
+
+    rows = []
+    for label, row in report["sizes"].items():
+        factor = row["env_kwargs"]["num_agents"] // scaled_env(1)["num_agents"]
+        costs = [r.get(f"coverage_costs_x{factor}") for r in report["runs"]]
+        if not costs or any(c is None for c in costs):
+            continue
+        refs = row["references"]
+        d = by_difficulty(refs["decentralized Lloyd"]["per_seed"], costs,
+                          {"clairvoyant": refs["clairvoyant Lloyd"]["per_seed"]})
+        cells = [f"{g['reference']:.3f} / {g['imitator']:.3f} / {g['clairvoyant']:.3f}"
+                 for g in d["groups"]]
+        rows.append(f"| {label} | {fmt_ci(d['paired']['mean'], d['paired']['ci95'])} | "
+                    f"{d['imitator_better']} of {d['paired']['n']} | " + " | ".join(cells)
+                    + " |")
+    if not rows:
+        return []
+    return ["", "Episode by episode: the imitator's mean over seeds against decentralized "
+            "Lloyd on the same episode (paired difference, imitator minus Lloyd, 95% t over "
+            "episodes), and the episodes in quarters by Lloyd's cost, easiest first "
+            "(Lloyd / imitator / clairvoyant Lloyd):", "",
+            "| robots | imitator - Lloyd | imitator better | easiest quarter | second | "
+            "third | hardest quarter |", "|---|---|---|---|---|---|---|", *rows]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ Writes ``<out>/coverage-tails.{json,md}``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import numpy as np
 from experiments.cli import diagnostic_main
 from experiments.machine import Timer, machine_note
 from experiments.report import RESULTS, write_pair
+from feudal_es.stats import mean_ci
 
 EPISODES = 64
 CURVE_EVERY = 5  # steps between the curve's points
@@ -43,6 +45,33 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine of the angle between the vectors of the last axis (0 for a zero vector)."""
     norm = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
     return np.where(norm > 0, (a * b).sum(-1) / np.where(norm > 0, norm, 1.0), 0.0)
+
+
+def by_difficulty(reference: Sequence[float], imitator: Sequence[Sequence[float]],
+                  others: dict[str, Sequence[float]], parts: int = 4) -> dict[str, Any]:
+    """Where a study's imitator wins and loses against a reference policy on the same
+    episodes. ``imitator`` is ``[seeds, episodes]`` (each seed's per-episode costs);
+    its mean over seeds is compared with ``reference`` episode by episode: the paired
+    difference (imitator minus reference) with its 95% t-interval over episodes, and the
+    means of both (and of each of ``others``) over ``parts`` equal groups of the episodes
+    ordered by the reference's cost, easiest first (a stable sort; the last group takes
+    the remainder). Means over seeds hide this: an imitator can beat the reference on its
+    hard episodes and lose on its easy ones."""
+    ref = np.asarray(reference, np.float64)
+    im = np.asarray(imitator, np.float64).mean(axis=0)
+    if im.shape != ref.shape:
+        raise ValueError(f"imitator episodes {im.shape} != reference episodes {ref.shape}")
+    m, hw = mean_ci(im - ref)
+    order = np.argsort(ref, kind="stable")
+    size = len(ref) // parts
+    groups = [order[i * size:(i + 1) * size if i < parts - 1 else len(ref)]
+              for i in range(parts)]
+    policies = {"reference": ref, "imitator": im,
+                **{k: np.asarray(v, np.float64) for k, v in others.items()}}
+    return {"paired": {"mean": m, "ci95": hw, "n": int(ref.size)},
+            "imitator_better": int((im < ref).sum()),
+            "groups": [{k: float(v[g].mean()) for k, v in policies.items()}
+                       for g in groups]}
 
 
 def play(path: Path, episodes: int = EPISODES) -> dict[str, dict[str, np.ndarray]]:

@@ -169,6 +169,44 @@ def test_the_tails_diagnostic_counts_what_a_hand_count_does():
         {**s, "episodes": 4, "imitator": "x", "wall_time_s": 1.0, "machine": {"cpu": "c"}})
 
 
+def test_episode_by_episode_groups_by_the_references_cost_as_a_hand_count_does():
+    """Five episodes, two seeds, two groups: the imitator's mean over seeds per episode,
+    the paired difference's t-interval (t(4, 0.975) = 2.776), the groups by Lloyd's cost
+    (the second takes the odd episode), and the study's report table from them."""
+    from experiments import coverage_tails as tails
+
+    lloyd = [0.9, 0.1, 0.5, 0.2, 1.4]
+    seeds = [[0.5, 0.3, 0.4, 0.2, 0.6], [0.7, 0.3, 0.6, 0.4, 0.8]]  # mean 0.6 .3 .5 .3 .7
+    clair = [0.1, 0.1, 0.2, 0.1, 0.3]
+    d = tails.by_difficulty(lloyd, seeds, {"clairvoyant": clair}, parts=2)
+    diff = [-0.3, 0.2, 0.0, 0.1, -0.7]
+    sd = (sum((x + 0.14) ** 2 for x in diff) / 4) ** 0.5
+    assert d["paired"]["mean"] == pytest.approx(-0.14)
+    assert d["paired"]["ci95"] == pytest.approx(2.776 * sd / 5 ** 0.5)
+    assert d["imitator_better"] == 2
+    # ordered by Lloyd: episodes 1, 3 | 2, 0, 4
+    assert d["groups"][0] == pytest.approx({"reference": 0.15, "imitator": 0.3,
+                                            "clairvoyant": 0.1})
+    assert d["groups"][1] == pytest.approx({"reference": 2.8 / 3, "imitator": 0.6,
+                                            "clairvoyant": 0.2})
+    with pytest.raises(ValueError, match="episodes"):
+        tails.by_difficulty(lloyd[:4], seeds, {})
+    refs = {"decentralized Lloyd": {"per_seed": lloyd, "mean": 0.62, "ci95": 0.6},
+            "clairvoyant Lloyd": {"per_seed": clair, "mean": 0.16, "ci95": 0.1}}
+    report = {"seeds": [0, 1], "episodes": 5, "recipe": {}, "wall_s": 60.0,
+              "sizes": {"4 robots": {"env_kwargs": lpac.scaled_env(1), "references": refs,
+                                     "imitator": {"mean": 0.48, "ci95": 0.1},
+                                     "below_decentralized_lloyd": False}},
+              "runs": [{"wall_s": 60.0, "coverage_costs_x1": c} for c in seeds]}
+    md = lpac.study_markdown(report)
+    assert "| 4 robots | -0.140 ± " in md and "| 2 of 5 |" in md
+    # the report's quarters of 5 episodes: 1, 1, 1 and the last 2 (episodes 0 and 4)
+    assert md.rstrip().endswith("| 0.200 / 0.300 / 0.100 | 0.500 / 0.500 / 0.200 | "
+                                "1.150 / 0.650 / 0.200 |")
+    del report["runs"][0]["coverage_costs_x1"]  # an earlier study's report: no such table
+    assert "Episode by episode" not in lpac.study_markdown(report)
+
+
 def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
     import jax
     import jax.numpy as jnp
