@@ -61,6 +61,8 @@ def by_difficulty(reference: Sequence[float], imitator: Sequence[Sequence[float]
     im = np.asarray(imitator, np.float64).mean(axis=0)
     if im.shape != ref.shape:
         raise ValueError(f"imitator episodes {im.shape} != reference episodes {ref.shape}")
+    if ref.ndim != 1 or len(ref) < parts:
+        raise ValueError(f"{parts} groups need at least {parts} episodes, got {ref.shape}")
     m, hw = mean_ci(im - ref)
     order = np.argsort(ref, kind="stable")
     size = len(ref) // parts

@@ -191,6 +191,8 @@ def test_episode_by_episode_groups_by_the_references_cost_as_a_hand_count_does()
                                             "clairvoyant": 0.2})
     with pytest.raises(ValueError, match="episodes"):
         tails.by_difficulty(lloyd[:4], seeds, {})
+    with pytest.raises(ValueError, match="6 groups"):
+        tails.by_difficulty(lloyd, seeds, {}, parts=6)
     refs = {"decentralized Lloyd": {"per_seed": lloyd, "mean": 0.62, "ci95": 0.6},
             "clairvoyant Lloyd": {"per_seed": clair, "mean": 0.16, "ci95": 0.1}}
     report = {"seeds": [0, 1], "episodes": 5, "recipe": {}, "wall_s": 60.0,
