@@ -25,7 +25,7 @@ import dataclasses
 import json
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -338,9 +338,12 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
           episodes: int = EVAL_EPISODES) -> dict[str, Any]:
     """Every probe of :data:`PROBES` on ``seeds``, scored on validation episodes. A probe
     already in ``out_dir``'s report with the same recipe, seeds and episodes is kept,
-    not run again (a sweep extended by new probes runs only those)."""
+    not run again (a sweep extended by new probes runs only those). Each finished seed of
+    a probe waits in ``<out_dir>/sweep-coverage_lpac-seeds/`` until the report is written,
+    so a sweep stopped part-way and run again keeps it."""
     keys = heldout_keys(episodes, VALIDATION_SEED)
     path = out_dir / "sweep-coverage_lpac.json"
+    journals = out_dir / "sweep-coverage_lpac-seeds"
     old = json.loads(path.read_text()) if path.is_file() else {}
     if (old.get("seeds"), old.get("episodes")) != (list(seeds), episodes):
         old = {}
@@ -358,10 +361,16 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
             continue
         runs = []
         for seed in seeds:
-            actor, record = imitate_seed(recipe, seed)
-            costs = coverage_costs(actor, {**ENV_KWARGS, **split_recipe(recipe)[1]}, keys)
-            runs.append({"seed": seed, "coverage_cost": sum(costs) / len(costs),
-                         "coverage_costs": costs, **record})
+            def probe_seed(recipe=recipe, seed=seed) -> dict[str, Any]:
+                actor, record = imitate_seed(recipe, seed)
+                costs = coverage_costs(actor, {**ENV_KWARGS, **split_recipe(recipe)[1]},
+                                       keys)
+                return {"seed": seed, "coverage_cost": sum(costs) / len(costs),
+                        "coverage_costs": costs, **record}
+
+            what = {"probe": name, "recipe": recipe, "seed": seed, "episodes": episodes,
+                    "validation_seed": VALIDATION_SEED}
+            runs.append(_journaled(journals / f"{name}-seed_{seed}.json", what, probe_seed))
             print(json.dumps({"probe": name, **runs[-1]}), flush=True)
         report["probes"][name] = {"recipe": recipe, "runs": runs,
                                   **summarize([r["coverage_cost"] for r in runs])}
@@ -371,7 +380,22 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
                   machine=machine_note())
     write_json(path, report)
     (out_dir / "sweep-coverage_lpac.md").write_text(sweep_markdown(report))
+    shutil.rmtree(journals, ignore_errors=True)
     return report
+
+
+def _journaled(journal: Path, what: dict[str, Any], compute: Callable[[], dict[str, Any]],
+               resume: bool = True) -> dict[str, Any]:
+    """The row ``compute()`` returns, written to ``journal`` with ``what`` (the settings
+    it ran with) before it is used; with ``resume``, a journal of the same settings is
+    read instead (a finished seed of a job that was stopped is not run again)."""
+    rows = journaled_rows(journal, what) if resume else None
+    if rows is not None:
+        print(f"finished by an earlier job ({journal})", flush=True)
+        return rows[0]
+    row = compute()
+    write_json(journal, {**what, "rows": [row]})
+    return row
 
 
 def sweep_markdown(report: dict[str, Any]) -> str:
@@ -439,18 +463,16 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
         journal = out_dir / f"{report_name(factor)}-seeds" / f"seed_{seed}.json"
         what = {"recipe": recipe, "factor": factor, "sizes": sizes, "seed": seed,
                 "episodes": episodes, "heldout_seed": HELDOUT_SEED}
-        record = journaled_rows(journal, what) if resume else None
-        if record is None:
+
+        def trained_seed(seed=seed) -> dict[str, Any]:
             actor, record = imitate_seed(recipe, seed, factor)
             for f, kwargs in sizes.items():
                 costs = coverage_costs(actor, {**kwargs, **OBSERVE}, keys)
                 record[f"coverage_cost_x{f}"] = sum(costs) / len(costs)
                 record[f"coverage_costs_x{f}"] = costs  # per episode, as Lloyd's
-            record = {"seed": seed, **record}
-            write_json(journal, {**what, "rows": [record]})
-        else:
-            record = record[0]
-            print(f"seed {seed}: finished by an earlier job ({journal})", flush=True)
+            return {"seed": seed, **record}
+
+        record = _journaled(journal, what, trained_seed, resume)
         for f in sizes:
             per_seed[f].append(record[f"coverage_cost_x{f}"])
         records.append(record)

@@ -102,6 +102,46 @@ def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
     assert trained == [0, 1, 2]
 
 
+def test_a_stopped_sweep_keeps_the_probe_seeds_it_finished(tmp_path, monkeypatch):
+    """Killed at its last probe's second seed and run again: the seeds it finished come
+    from their journals (not imitated again), each probe's score is its seeds' mean as
+    computed, and the journals go once the report is written; a probe whose recipe
+    changed is imitated again."""
+    trained: list[tuple[str, int]] = []
+    stop_at = {"at": ("b", 101)}
+
+    def fake_imitate(recipe, seed, factor=1):
+        trained.append((recipe["name"], seed))
+        if (recipe["name"], seed) == stop_at["at"]:
+            raise KeyboardInterrupt
+        return recipe["cost"] + 0.01 * (seed - 100), {"steps": 1, "val_loss": 0.1,
+                                                      "wall_s": 0.0}
+
+    monkeypatch.setattr(lpac, "PROBES", {"a": {"name": "a", "cost": 0.4},
+                                         "b": {"name": "b", "cost": 0.3}})
+    monkeypatch.setattr(lpac, "imitate_seed", fake_imitate)
+    monkeypatch.setattr(lpac, "coverage_costs", lambda actor, kw, keys: [actor] * 2)
+    monkeypatch.setattr(lpac, "references", lambda kw, episodes, root: {
+        "decentralized Lloyd": [0.5, 0.6], "clairvoyant Lloyd": [0.1, 0.12]})
+    sweep = lambda: lpac.sweep(tmp_path, (100, 101), 2)
+    with pytest.raises(KeyboardInterrupt):
+        sweep()
+    assert trained == [("a", 100), ("a", 101), ("b", 100), ("b", 101)]
+    assert sorted(p.name for p in (tmp_path / "sweep-coverage_lpac-seeds").iterdir()) == [
+        "a-seed_100.json", "a-seed_101.json", "b-seed_100.json"]
+    trained.clear()
+    stop_at["at"] = None
+    report = sweep()
+    assert trained == [("b", 101)]
+    assert report["probes"]["a"]["per_seed"] == pytest.approx([0.40, 0.41])
+    assert report["probes"]["b"]["per_seed"] == pytest.approx([0.30, 0.31])
+    assert report["chosen"] == "b"
+    assert not (tmp_path / "sweep-coverage_lpac-seeds").exists()
+    trained.clear()
+    lpac.PROBES["b"] = {"name": "b", "cost": 0.5}  # a changed probe runs again
+    assert sweep()["chosen"] == "a" and trained == [("b", 100), ("b", 101)]
+
+
 def test_the_references_report_runs_each_named_lloyd_at_each_size(tmp_path, monkeypatch):
     """Every policy of REFERENCE_POLICIES is a function of envs.policies, played at each
     transfer size on the held-out episodes; the report keeps its per-episode values."""
