@@ -389,6 +389,7 @@ def test_readme_commands_run(tmp_path):
 @pytest.mark.slow  # the whole README: pretraining, JaxMARL, multi-host, Ray, tiny studies
 @pytest.mark.skipif(not (VENV_BIN / "feudal-es").exists(),
                     reason="the feudal-es console script is not installed")
+@pytest.mark.timeout(3600)  # every command has its own 600 s; together they take longer
 def test_readme_slow_commands_run(tmp_path):
     work = _scratch(tmp_path, ROOT)
     failures = run_commands({"default", "slow"}, work, VENV_BIN)
