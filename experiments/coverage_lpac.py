@@ -25,7 +25,7 @@ import dataclasses
 import json
 import math
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from experiments.training import (
     SEEDS,
     VALIDATION_SEED,
     heldout_keys,
-    journaled_rows,
+    journaled,
     reference_returns,
 )
 
@@ -376,7 +376,7 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
 
             what = {"probe": name, "recipe": recipe, "seed": seed, "episodes": episodes,
                     "validation_seed": VALIDATION_SEED}
-            runs.append(_journaled(journals / f"{name}-seed_{seed}.json", what, probe_seed))
+            runs.append(journaled(journals / f"{name}-seed_{seed}.json", what, probe_seed))
             print(json.dumps({"probe": name, **runs[-1]}), flush=True)
         report["probes"][name] = {"recipe": recipe, "runs": runs,
                                   **summarize([r["coverage_cost"] for r in runs])}
@@ -388,20 +388,6 @@ def sweep(out_dir: Path = RESULTS, seeds: Sequence[int] = SWEEP_SEEDS,
     (out_dir / "sweep-coverage_lpac.md").write_text(sweep_markdown(report))
     shutil.rmtree(journals, ignore_errors=True)
     return report
-
-
-def _journaled(journal: Path, what: dict[str, Any], compute: Callable[[], dict[str, Any]],
-               resume: bool = True) -> dict[str, Any]:
-    """The row ``compute()`` returns, written to ``journal`` with ``what`` (the settings
-    it ran with) before it is used; with ``resume``, a journal of the same settings is
-    read instead (a finished seed of a job that was stopped is not run again)."""
-    rows = journaled_rows(journal, what) if resume else None
-    if rows is not None:
-        print(f"finished by an earlier job ({journal})", flush=True)
-        return rows[0]
-    row = compute()
-    write_json(journal, {**what, "rows": [row]})
-    return row
 
 
 def sweep_markdown(report: dict[str, Any]) -> str:
@@ -478,7 +464,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
                 record[f"coverage_costs_x{f}"] = costs  # per episode, as Lloyd's
             return {"seed": seed, **record}
 
-        record = _journaled(journal, what, trained_seed, resume)
+        record = journaled(journal, what, trained_seed, resume)
         for f in sizes:
             per_seed[f].append(record[f"coverage_cost_x{f}"])
         records.append(record)
@@ -533,7 +519,6 @@ def episode_lines(report: dict[str, Any]) -> list[str]:
     from experiments.coverage_tails import by_difficulty
 
     quarters = 4
-
     rows = []
     for label, row in report["sizes"].items():
         factor = row["env_kwargs"]["num_agents"] // scaled_env(1)["num_agents"]

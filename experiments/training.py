@@ -273,6 +273,20 @@ def journaled_rows(path: Path, what: dict[str, Any]) -> list[dict] | None:
     return [{**r, "journaled": True} for r in rows]
 
 
+def journaled(journal: Path, what: dict[str, Any], compute: Callable[[], dict[str, Any]],
+               resume: bool = True) -> dict[str, Any]:
+    """The row ``compute()`` returns, written to ``journal`` with ``what`` (the settings
+    it ran with) before it is used; with ``resume``, a journal of the same settings is
+    read instead (a finished seed of a job that was stopped is not run again)."""
+    rows = journaled_rows(journal, what) if resume else None
+    if rows is not None:
+        print(f"finished by an earlier job ({journal})", flush=True)
+        return rows[0]
+    row = compute()
+    write_json(journal, {**what, "rows": [row]})
+    return row
+
+
 def kept_variants(path: Path, alike: dict[str, Any], variants: Sequence[Variant],
                   budget: int) -> dict[str, dict[str, Any]]:
     """The results of ``variants`` in the earlier report at ``path`` that this study would
