@@ -29,10 +29,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
-# compile without LLVM's optimizations (unless XLA_FLAGS already choose a level): the tests'
-# tiny programs spend far more time compiling than running, and XLA:CPU's O0 code computes
-# the same IEEE float32 results, only slower (tests/test_pins.py records its CLI runs
-# at the default level, where they are bit-exact on the recording machine)
+# compile without LLVM's optimizations and with XLA:CPU's elemental emitters instead of its
+# MLIR fusion emitters (:data:`pins.TEST_XLA_OPT`, unless XLA_FLAGS already choose a
+# level): the tests' tiny programs spend far more time compiling than running, and the
+# tests compare programs of one session with each other, never with XLA's defaults
+# (tests/test_pins.py records its CLI runs with XLA's defaults, where they are bit-exact on
+# the recording machine)
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
                                + TEST_XLA_OPT).strip()

@@ -62,9 +62,11 @@ def digest_run(run_dir: Path) -> dict[str, Any]:
             "best_selector": tensor_digest(run_dir / "best_selector.safetensors")}
 
 
-# the test session's XLA flag for fast compiles (tests/conftest.py); the pins are
-# recorded as a user runs, at XLA's default optimization level
-TEST_XLA_OPT = "--xla_backend_optimization_level=0"
+# the test session's XLA flags for fast compiles (tests/conftest.py): no LLVM optimization
+# passes, and XLA:CPU's elemental IR emitters instead of its MLIR fusion emitters, which
+# compile the tests' many small programs in about half the time; the pins are recorded
+# as a user runs, with XLA's defaults
+TEST_XLA_OPT = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def default_env() -> dict[str, str]:
