@@ -10,7 +10,7 @@ EXTRAS ?= dev
 # extra arguments of `make demo`, e.g. `make demo DEMO_ARGS="--n-outer 5 --seed 1"`
 DEMO_ARGS ?=
 
-.PHONY: demo test test-slow lint bench results results-merl results-coverage results-lpac clean
+.PHONY: demo test test-heavy test-slow lint bench results results-merl results-coverage results-lpac clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ demo: $(STAMP)
 	$(BIN)/feudal-es demo $(DEMO_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q --durations=15 -n auto --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -m "not slow and not heavy" -q --durations=15 -n auto --dist loadfile --no-loadscope-reorder
+
+# the oracles too slow for `make test` (multi-device, subprocess and second-path
+# equivalences, the README run as written); CI runs them after `make test`
+test-heavy: $(STAMP)
+	$(BIN)/python -m pytest -m "heavy and not slow" -q --durations=15 -n auto --dist loadfile --no-loadscope-reorder
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q

@@ -84,6 +84,7 @@ def test_loss_adds_half_coef_times_squared_distance(start):
     assert "anchor_distance" not in plain_stats
 
 
+@pytest.mark.heavy
 def test_update_starts_as_plain_ppo_and_pulls_toward_the_anchor(start):
     """At the anchor itself the term's gradient is zero, so a first Adam step is plain
     PPO's (two programs: a stated tolerance); over repeated updates on one batch a strong

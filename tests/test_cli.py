@@ -85,6 +85,7 @@ def test_train_writes_the_run_and_matches_the_python_api(work, trained):
     assert_history_close(rows, full.history)
 
 
+@pytest.mark.heavy
 def test_train_sigkilled_then_resumed_equals_uninterrupted_run(work, trained):
     """SIGKILL once the first checkpoint is on disk, then ``train --resume``: the history
     equals the uninterrupted CLI run's."""

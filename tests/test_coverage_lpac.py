@@ -249,6 +249,7 @@ def test_episode_by_episode_groups_by_the_references_cost_as_a_hand_count_does()
     assert "Episode by episode" not in lpac.study_markdown(report)
 
 
+@pytest.mark.heavy
 def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
     import jax
     import jax.numpy as jnp
@@ -291,6 +292,7 @@ def test_the_explorer_heads_for_the_nearest_unsensed_cell_of_its_own_cell():
     assert row["minus_alone"] == pytest.approx((0.1 + 0.5 - 0.1) / 3)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("expert", ["lloyd_clairvoyant", "lloyd_memory"])
 def test_the_options_diagnostic_replays_the_scheduled_experts_and_the_imitator_alone(expert):
     """Two of its pairings have oracles: scripted explore then the probe's cover expert

@@ -64,7 +64,7 @@ def shards(tree, d: int, axis: int):
     return jax.tree.map(one, tree)
 
 
-@pytest.mark.parametrize("anchored", [False, True])
+@pytest.mark.parametrize("anchored", [False, pytest.param(True, marks=pytest.mark.heavy)])
 def test_sharded_update_equals_the_update_of_the_whole_batch(setup, anchored):
     """One epoch, one minibatch (every sample, so the shuffle cannot matter): the update of
     two shards with averaged gradients == the update of their union on one device; also

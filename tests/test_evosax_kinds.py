@@ -44,6 +44,7 @@ def test_evosax_open_es_is_our_nes():
     assert int(theirs.generation) == 4 and float(info["sigma"]) == pytest.approx(0.2)
 
 
+@pytest.mark.heavy
 def test_cma_es_moves_only_the_unmasked_coordinates_and_ranks_nan_last():
     cfg = ESConfig(pop_size=8, sigma=0.3, kind="evosax:CMA_ES")
     mask = jnp.asarray([1.0, 1.0, 0.0, 1.0])

@@ -264,6 +264,7 @@ def test_every_group_trains_on_the_one_team_fitness_by_default():
                                    rtol=1e-6)
 
 
+@pytest.mark.heavy
 def test_a_named_team_trains_alone_while_the_other_groups_act_at_random():
     """``team="adversary"`` on JaxMARL's simple_tag: the team reward is the adversaries'
     mean; the good agent acts uniformly at random whatever its network (log-prob 0), is

@@ -105,6 +105,7 @@ def test_two_workers_collect_the_in_process_batch():
 
 
 # --- 2. a worker that dies -------------------------------------------------------------
+@pytest.mark.heavy
 def test_sigkilled_worker_is_replaced_and_the_collection_redone(tmp_path, caplog):
     crash = tmp_path / "crashed"
     make = functools.partial(RichLine, crash_file=str(crash), spare=os.getpid())
@@ -160,6 +161,7 @@ def _spawned_children(pid: int) -> set[tuple[int, bool]]:
     return found
 
 
+@pytest.mark.heavy
 def test_cli_trains_with_host_workers_and_ctrl_c_leaves_no_worker(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({**CFG.to_dict(), "n_outer": 40,
                                                    "host_workers": 0}))
@@ -204,6 +206,7 @@ def _error(copies, seed: int) -> Exception:
     return info.value
 
 
+@pytest.mark.heavy
 def test_env_errors_in_a_worker_are_the_in_process_errors():
     """... and a worker that dies in every collection ends it with a clear error."""
     faults = {101: "nondict", 102: "raise", 103: "sleep"}

@@ -94,6 +94,7 @@ def test_direction_needs_a_vector_action():
                                                                    loss="direction"))
 
 
+@pytest.mark.heavy
 def test_imitation_with_the_direction_loss_fits_its_expert():
     """The recipe's loss is the one imitate takes: the first step (same actor, data and
     minibatch) scores differently under each loss, and the direction fit's loss falls."""

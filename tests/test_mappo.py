@@ -368,6 +368,7 @@ class LineWorld(Line):
 pettingzoo.register("parallel", "tests/LineWorld-v0", entry_point=LineWorld)
 
 
+@pytest.mark.heavy
 def test_host_path_trains_a_registered_custom_env():
     cfg = mappo.MAPPOConfig(num_envs=2, num_steps=12, epochs=2, minibatches=2, lr=3e-3)
     penvs = [pettingzoo.make("parallel", "tests/LineWorld-v0") for _ in range(cfg.num_envs)]
@@ -416,6 +417,7 @@ def test_short_run_improves_dense_return(env, stepped, train_step):
     assert np.mean(late) > before + 0.8, (before, late)
 
 
+@pytest.mark.heavy
 def test_repeated_steps_are_the_steps_called_in_a_loop():
     """``mappo.repeated``: a round's guarded steps as one ``lax.scan`` program equal the
     same steps called one by one (two programs: a stated tolerance), with every metric and

@@ -81,6 +81,7 @@ def test_jitted_episode_equals_a_plain_loop_that_ends_options_by_hand():
     assert early > 0, "no option ended between periods: the test would not test it"
 
 
+@pytest.mark.heavy
 def test_mappo_collection_holds_options_until_a_period_or_their_goal():
     """Every transition of a MAPPO batch: the option changes only at a period boundary or
     where the previous option's POI was observed (the obs' option block carries the

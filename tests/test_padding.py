@@ -54,6 +54,7 @@ def test_the_padded_env_is_supersuits_wrappers_applied_by_hand():
     assert pickle.loads(pickle.dumps(Padded(SpeakerListener))) == Padded(SpeakerListener)
 
 
+@pytest.mark.heavy
 def test_a_padded_run_trains_checkpoints_and_resumes(tmp_path):
     """By id (registered with PettingZoo), as the CLI names it: the run pads, and its
     resume, which reads the env id and ``pad_agents`` back from the checkpoint, too."""

@@ -148,6 +148,7 @@ def test_pretrained_executor_is_within_1_5x_of_clairvoyant_lloyd():
     assert coverage_cost(env, actor) > 0.9
 
 
+@pytest.mark.heavy
 def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor():
     """lr 30 wrecks every step: each round stops after ``patience`` measurements without a
     better validation loss and hands on its best actor, the one it started with. Its
@@ -256,6 +257,7 @@ class Unmoved(Coverage):
         return state
 
 
+@pytest.mark.heavy
 def test_augment_trains_on_moved_states_and_otherwise_as_without(two_rounds):
     """``augment``: each training sample is its gathered state moved by a random symmetry,
     observed and labelled anew. Oracles: the kept states are the ones observed (each
@@ -320,6 +322,7 @@ def test_the_final_fit_decays_its_rate_by_cosine_from_lr_to_a_hundredth():
         PretrainConfig(steps_per_round=10, evals_per_round=1, final_steps=15)
 
 
+@pytest.mark.heavy
 def test_the_loss_fits_the_action_before_the_clip_unless_told_otherwise():
     """An executor whose mean overshoots the action bounds everywhere: fit on the
     clipped action (``clip_loss``), every gradient is zero and no leaf moves; fit on the

@@ -110,6 +110,7 @@ def test_two_option_imitation_moves_only_the_executor_and_refuses_mismatches(env
         PretrainConfig(experts=(1, 2), schedule=(0, 1))
 
 
+@pytest.mark.heavy
 def test_pretrain_command_imitates_a_schedule_recipe_and_refuses_a_single_expert(
         tmp_path, capsys):
     recipe = tmp_path / "recipe.json"

@@ -101,12 +101,14 @@ def setup(tmp_path_factory):
     ev.close()
 
 
+@pytest.mark.heavy
 def test_ray_returns_equal_serial(local_ray, setup):
     actor, thetas, key, serial, ev, _ = setup
     np.testing.assert_array_equal(ev.returns(actor, thetas, 7, key), serial)
     assert ev.failures == []
 
 
+@pytest.mark.heavy
 def test_dead_worker_is_replaced_and_its_members_rerun(local_ray, setup):
     actor, thetas, key, serial, ev, crash = setup
     before = set(ev.pids())
@@ -130,6 +132,7 @@ def test_trainer_ray_backend_equals_serial(local_ray, tmp_path):
     assert all(r["fitness_best"] is not None for r in on_ray)
 
 
+@pytest.mark.heavy
 def test_workers_that_cannot_be_scheduled_raise_instead_of_hanging(local_ray, setup):
     """The module's evaluator holds 2 of the 4 CPUs: 3 more 1-CPU workers cannot all be
     placed, and the evaluator says so after ``start_timeout`` (a generation used to wait

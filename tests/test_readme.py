@@ -73,6 +73,7 @@ def test_readme_has_the_blocks_this_test_runs():
 
 @pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)),
                          ids=[b.splitlines()[0][:40] for b in PYTHON_BLOCKS])
+@pytest.mark.heavy
 def test_python_block_runs_as_written(index, workdir):
     code = PYTHON_BLOCKS[index]
     proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=_clean_env(),

@@ -9,11 +9,12 @@ its whitespace collapsed:
   root (its ``.venv`` and sources linked, ``configs/`` copied), with ``.venv/bin`` first on
   ``PATH`` and no ``PYTHONPATH``, plus the :attr:`Run.extra` arguments that shrink it (a
   later ``--n-outer`` / ``--out`` / ``--seeds`` replaces the README's, ``--set`` adds to
-  it). ``when="default"`` runs in the default suite, in README order (the tiny rover run
+  it). ``when="default"`` runs under ``-m heavy`` (``make test-heavy``, which CI runs after
+  ``make test``), in README order (the tiny rover run
   trained first is the one ``eval`` / ``render`` / ``--resume`` read), and again in a fresh
   copy of the checkout with a virtual environment made from nothing by ``make demo``
   (``slow``); ``when="slow"`` runs in the project's venv under ``-m slow``, in README order
-  among the default ones (so the slow part is the whole README; the default suite keeps the
+  among the default ones (so the slow part is the whole README; the heavy part keeps the
   first run and what proves it trains, resumes, evaluates and renders); ``when="clean"``
   only in the fresh copy (``make demo``, which would otherwise install into the
   project's venv).
@@ -54,7 +55,7 @@ VENV_BIN = Path(sys.executable).parent
 CUSTOM_SECTION = "## Your own PettingZoo env"
 MODULE_HEADER = "# my_envs.py\n"
 
-# a rover run small enough for the default suite: configs/rover.json's model and env, a
+# a rover run small enough for the heavy part: configs/rover.json's model and env, a
 # population of 4 on 2 episodes, 4 MAPPO env copies, one gradient step per round
 ROVER_SMALL = ("--set", "es.pop_size=4", "--set", "episodes=2", "--set", "mappo.num_envs=4",
                "--set", "grad_steps_per_outer=1", "--no-progress")
@@ -376,8 +377,9 @@ def run_commands(when: set[str], work: Path, venv_bin: Path, timeout: float = 60
 
 @pytest.mark.skipif(not (VENV_BIN / "feudal-es").exists(),
                     reason="the feudal-es console script is not installed")
+@pytest.mark.heavy
 def test_readme_commands_run(tmp_path):
-    """The default suite's part: envs, a rover run of 1 round, its resume, eval and
+    """The heavy part (``make test-heavy``): envs, a rover run of 1 round, its resume, eval and
     render, and the zoo's list and render (the rest of the README runs under ``slow``)."""
     work = _scratch(tmp_path, ROOT)
     failures = run_commands({"default"}, work, VENV_BIN)
@@ -416,7 +418,7 @@ def _checkout(dest: Path) -> Path:
 @pytest.mark.timeout(1800)
 def test_quick_start_in_a_clean_venv(tmp_path):
     """``make demo`` in a copy of the checkout with nothing installed (it makes ``.venv``
-    with ``python3 -m venv`` and ``pip install -e ".[dev]"``), then the default suite's
+    with ``python3 -m venv`` and ``pip install -e ".[dev]"``), then the heavy part's
     README commands with that venv."""
     clone = _checkout(tmp_path / "clone")
     assert not (clone / ".venv").exists()

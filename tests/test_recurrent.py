@@ -141,6 +141,7 @@ def test_pieces_of_sequences_start_from_the_state_the_collection_had(nets, colle
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_the_host_path_collects_the_same_sequences(env, nets):
     """SwarmParallelEnv copies through the host collector (deterministic actions): the
     first episode's steps equal the JAX path's batch, GRU states included (no random

@@ -116,6 +116,7 @@ def test_the_critic_gru_state_is_carried_and_zeroed_at_every_episode_start(env, 
     assert carried_mattered  # the state is not vacuous: mid-episode it changes the value
 
 
+@pytest.mark.heavy
 def test_the_update_re_runs_the_collected_values(env, nets, collected):
     """``CentralCritic.sequence`` from the stored entering states and reset flags gives
     the collected values, over whole sequences and over 5-step pieces as the update cuts
@@ -188,6 +189,7 @@ def test_a_feed_forward_critic_is_unchanged(env):
         critic.initial_hidden()
 
 
+@pytest.mark.heavy
 def test_the_host_path_collects_the_same_critic_states(env, nets):
     """SwarmParallelEnv copies through the host collector (deterministic actions, no
     random options): the first episode's steps equal the JAX path's batch, the critic's

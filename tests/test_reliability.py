@@ -372,6 +372,7 @@ def _poison(tree):
     return jax.tree.map(lambda x: x * jnp.nan if eqx.is_inexact_array(x) else x, tree)
 
 
+@pytest.mark.heavy
 def test_nonfinite_mappo_update_is_skipped_and_training_continues(tmp_path, caplog):
     """Round 1's update blows up (NaN parameters and loss): it is skipped and reported, and
     the run equals a hand-made loop that drops exactly that update (its rollout state,

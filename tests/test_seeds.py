@@ -90,6 +90,7 @@ def runs(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.heavy
 def test_seeds_together_equal_seeds_one_by_one(runs, tmp_path):
     group = seed_dirs(runs / "group")
     assert list(group) == [3, 5]
@@ -103,6 +104,7 @@ def test_seeds_together_equal_seeds_one_by_one(runs, tmp_path):
     assert rows(group[3]) != rows(group[5])  # the seeds differ: the oracle is not vacuous
 
 
+@pytest.mark.heavy
 def test_each_seed_is_a_run_directory(runs):
     run = runs / "group"
     assert json.loads((run / "config.json").read_text())["seeds"] == [3, 5]
@@ -115,6 +117,7 @@ def test_each_seed_is_a_run_directory(runs):
         assert (d / "best_selector.safetensors").is_file()
 
 
+@pytest.mark.heavy
 def test_group_resumes_exactly(runs):
     """Same program, same machine: the resumed group repeats the uninterrupted one."""
     for seed, d in seed_dirs(runs / "part").items():

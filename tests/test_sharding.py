@@ -108,6 +108,7 @@ def two_device_results(tmp_path_factory):
 RTOL, ATOL = 1e-5, 1e-6
 
 
+@pytest.mark.heavy
 def test_two_devices_equal_one_device(two_device_results):
     """ES state (mean, sigma, Adam moments), fitness info and every padded output equal
     to ``RTOL``/``ATOL``. The members' fitness gaps are asserted far wider than the
@@ -127,6 +128,7 @@ def test_two_devices_equal_one_device(two_device_results):
     np.testing.assert_allclose(two["pad_b"], two["plain_b"], rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.heavy
 def test_member_fitness_gaps_exceed_the_tolerance(two_device_results):
     """The premise of the ES-state comparison: the members' fitness values are either
     exactly tied (members whose selectors pick the same skills play the same episodes,

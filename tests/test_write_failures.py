@@ -135,6 +135,7 @@ def copy_old(dest: Path) -> Path:
 
 
 # ---------------------------------------------------------------- train --resume
+@pytest.mark.heavy
 def test_resume_on_a_read_only_then_a_full_disk_each_advice_works(mount, work):
     """``train --resume`` on a read-only filesystem says to continue a copy; the copy,
     made on a disk that turns out full, says to free space and repeat the command; after
