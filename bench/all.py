@@ -182,6 +182,17 @@ def perf_rows(doc: dict[str, Any]) -> list[Row]:
             "<= 1x (<= 60 s)", (cold <= 60) if cold else False, cause))
         rows.append(Row("cold start again, XLA cache filled by the first launch (s)",
                         fmt_s(warm), "60 s", ratio(warm, 60), "(reported)", None))
+        elem, steady = cs.get("elemental_cold_s"), cs.get("third_round_s")
+        if elem:
+            rows.append(Row(
+                "cold start with XLA:CPU's elemental emitters (`XLA_FLAGS="
+                "--xla_cpu_use_fusion_emitters=false`, the tests' flag), empty cache, vs "
+                "XLA's defaults (s)", fmt_s(elem), fmt_s(cold), ratio(elem, cold),
+                "(reported)", None))
+            rows.append(Row(
+                "... the same launches' third round (compiled): elemental emitters vs XLA's "
+                "defaults (s)", fmt_s(cs.get("elemental_third_round_s")), fmt_s(steady),
+                ratio(cs.get("elemental_third_round_s"), steady), "(reported)", None))
     return rows
 
 
