@@ -12,6 +12,8 @@ indexed ``maps[i, c, iy, ix]`` with ``iy`` growing with world y and ``ix`` with 
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -260,8 +262,9 @@ def head_to(pos: jax.Array, goal: jax.Array, max_speed: float) -> jax.Array:
 # --- constructor validation ----------------------------------------------------------
 
 
-def check_common(num_agents, max_steps, world_size, max_speed, comm_radius, sensor_radius,
-                 map_size, obs_mode="maps", sectors=8) -> dict:
+def check_common(num_agents: int, max_steps: int, world_size: float, max_speed: float,
+                 comm_radius: float, sensor_radius: float, map_size: int,
+                 obs_mode: str = "maps", sectors: int = 8) -> dict[str, Any]:
     """Validate the arguments both envs share; returns them as clean Python values."""
     if obs_mode not in OBS_MODES:
         raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")

@@ -12,14 +12,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from feudal_es.config import TrainerConfig
+    from feudal_es.trainer import ESTrainer
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "nan" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
 
-def train_config(args: argparse.Namespace, base: Any = None):
+def train_config(args: argparse.Namespace, base: TrainerConfig | None = None
+                 ) -> TrainerConfig:
     """The run's :class:`~feudal_es.config.TrainerConfig`: ``--config`` (or ``base``), then
     ``--env`` / ``--mode`` / ``--n-outer`` / ``--seed(s)`` and every ``--set`` on top."""
     from feudal_es.config import TrainerConfig, parse_assignment
@@ -61,7 +66,7 @@ def list_keys(args: argparse.Namespace, base: Any = None) -> int:
     return 0
 
 
-def run_training(trainer, progress: bool) -> int:
+def run_training(trainer: ESTrainer, progress: bool) -> int:
     """Run an ``ESTrainer`` (one seed or many) and print where everything went."""
     cfg = trainer.config
     seeds = f", seeds {list(trainer.seeds)} in one program" if trainer.many else ""
