@@ -244,7 +244,7 @@ def _first_round(cache_dir: str, out_dir: Path, timeout: float, rows: int = 1,
             lines = [line for line in lines if line.strip()]
             if lines and first is None:
                 first = time.perf_counter() - t0
-            if len(lines) >= rows:
+            if len(lines) >= rows or (proc.poll() == 0 and lines):  # or the run ended
                 first_rows.extend(json.loads(line) for line in lines[:rows])
                 return first
             if proc.poll() is not None:
