@@ -11,7 +11,7 @@ seeds 0-9 on the held-out episodes (key ``HELDOUT_SEED``).
     python -m experiments.coverage_lpac sweep    # every probe, seeds 100 101 (~25 min)
     python -m experiments.coverage_lpac          # the study, seeds 0-9 (~10 min a seed)
     python -m experiments.coverage_lpac --trained 2    # only its part trained at 8 robots
-    python -m experiments.coverage_lpac --resume       # keep the seeds a stopped job finished
+    python -m experiments.coverage_lpac --resume       # keep what a stopped job finished
     python -m experiments.coverage_lpac references     # the Lloyd variants alone (~1 min)
 
 Writes ``experiments/results/{sweep-coverage_lpac,coverage_lpac,
@@ -229,15 +229,23 @@ def split_recipe(recipe: dict[str, Any]) -> tuple[dict, dict, dict]:
     return rest, dict(recipe.get("env_kwargs", {})), dict(recipe.get("actor", {}))
 
 
-def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
-                 ) -> tuple[Any, dict[str, Any]]:
+#: where a study's seeds keep their imitation's completed rounds until journaled
+ROUNDS = Path("runs") / "coverage_lpac-rounds"
+
+
+def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1,
+                 rounds_file: Path | None = None) -> tuple[Any, dict[str, Any]]:
     """The imitating actor of ``recipe`` (PretrainConfig fields, and the probe's
     observation and actor changes, :func:`split_recipe`) for ``seed`` at
     :func:`scaled_env` ``(factor)`` (1: the study's size), and its imitation record
-    (steps, last validation loss, wall time)."""
+    (steps, last validation loss, wall time). ``rounds_file``: its completed rounds are
+    kept there, and a stopped imitation goes on from them (made by this recipe, seed,
+    size and source; else it starts over): :mod:`feudal_es.pretrain_rounds`."""
     import jax
 
     from agents import FeudalActor
+    from experiments.coverage import _source_digest
+    from feudal_es.checkpoint import CheckpointError
     from feudal_es.config import TrainerConfig
     from feudal_es.pretrain import PretrainConfig, expert_policy, imitate
     from feudal_es.resolve import apply_env_defaults, resolve_env
@@ -261,9 +269,23 @@ def imitate_seed(recipe: dict[str, Any], seed: int, factor: int = 1
     cfg = PretrainConfig(**{"expert": EXPERT, "option": COVER, **recipe,
                             "seed": seed})
     timer = Timer()
-    result = imitate(env.core, actor, expert, cfg)
+    inputs = {"recipe": recipe, "observe": observe, "actor": actor_fields,
+              "factor": factor, "source": _source_digest()}
+    try:
+        result = imitate(env.core, actor, expert, cfg, rounds_file=rounds_file,
+                         inputs=inputs)
+    except CheckpointError as e:  # another recipe's, or older source's: start over
+        if rounds_file is None or not rounds_file.exists():
+            raise
+        print(f"[coverage_lpac] starting seed {seed} over: {e}", flush=True)
+        rounds_file.unlink()
+        result = imitate(env.core, actor, expert, cfg, rounds_file=rounds_file,
+                         inputs=inputs)
+    # (resumed: wall_s is this job's part, after the rounds an earlier job ran)
     return result.actor, {"steps": len(result.losses), "val_loss": result.val_loss,
                           "wall_s": timer(),
+                          **({"resumed_after_rounds": result.resumed} if result.resumed
+                             else {}),
                           **({"team_returns": list(result.team_returns)}
                              if result.team_returns else {})}
 
@@ -441,7 +463,8 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
     is compared with Lloyd episode by episode). Each finished seed's costs wait in
     ``<out_dir>/<report>-seeds/seed_<s>.json`` until the report is written, so a job
     stopped part-way and run again with ``resume`` keeps the seeds it finished, even on
-    another machine (the files can be committed)."""
+    another machine (the files can be committed), and the seed it stopped in goes on
+    after its last completed imitation round (kept in :data:`ROUNDS` until journaled)."""
     recipe = json.loads(RECIPE.read_text())
     recipe = {**scaled_recipe({k: v for k, v in recipe.items()
                                if k not in ("expert", "option")}, scale),
@@ -456,8 +479,13 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
         what = {"recipe": recipe, "factor": factor, "sizes": sizes, "seed": seed,
                 "episodes": episodes, "heldout_seed": HELDOUT_SEED}
 
-        def trained_seed(seed=seed) -> dict[str, Any]:
-            actor, record = imitate_seed(recipe, seed, factor)
+        rounds = ROUNDS / f"{report_name(factor)}-seed_{seed}.safetensors"
+
+        if not resume:  # a fresh job: no earlier job's rounds
+            rounds.unlink(missing_ok=True)
+
+        def trained_seed(seed=seed, rounds=rounds) -> dict[str, Any]:
+            actor, record = imitate_seed(recipe, seed, factor, rounds)
             for f, kwargs in sizes.items():
                 costs = coverage_costs(actor, {**kwargs, **OBSERVE}, keys)
                 record[f"coverage_cost_x{f}"] = sum(costs) / len(costs)
@@ -465,6 +493,7 @@ def run_trained(factor: int = 1, scale: float = 1.0, seeds: Sequence[int] = SEED
             return {"seed": seed, **record}
 
         record = journaled(journal, what, trained_seed, resume)
+        rounds.unlink(missing_ok=True)  # journaled: its rounds are no longer needed
         for f in sizes:
             per_seed[f].append(record[f"coverage_cost_x{f}"])
         records.append(record)

@@ -33,7 +33,7 @@ The result is saved as a checkpoint holding the actor, which a run starts from w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -49,6 +49,8 @@ from feudal_es import checkpoint
 from feudal_es.imitation_loss import action_loss
 from feudal_es.pretrain_config import FINAL_DECAY, LR_SCHEDULES, PretrainConfig
 from feudal_es.pretrain_curve import ImitationProgress, curve_paths, write_curve
+from feudal_es.pretrain_experts import Expert, expert_policy, labeller, scheduled_expert
+from feudal_es.pretrain_rounds import Rounds, load_rounds, rounds_path, save_rounds
 
 if TYPE_CHECKING:
     from feudal_es.config import TrainerConfig
@@ -57,61 +59,13 @@ __all__ = ["FINAL_DECAY", "LR_SCHEDULES", "Imitation", "PretrainConfig", "curve_
            "expert_policy", "imitate", "load_pretrained", "pretrain", "save_pretrained",
            "scheduled_expert", "write_curve"]
 
-def expert_policy(env_id: str, name: str = "reference") -> tuple[str, Callable]:
-    """``(name, policy)`` of a bundled env's reference policy (``envs.gif.POLICIES``)."""
-    from envs.gif import resolve_policy
-    from envs.registration import BUNDLED_ENVS
-
-    env_name = env_id.rpartition("/")[2].rpartition("-v")[0]
-    if env_name not in BUNDLED_ENVS:
-        raise ValueError(f"imitation needs a bundled env with reference policies, got "
-                         f"{env_id!r}")
-    return resolve_policy(env_name, name)
-
-
-#: an imitation's expert: one policy for the option held, or one per option (``None``
-#: where no option schedule reaches it)
-Expert = Callable | Sequence[Callable | None]
-
-
-def _labeller(env: SwarmEnv, expert: Expert) -> Callable:
-    """``label(key, state, option [N]) -> [N, ...]``: each agent's action by the expert
-    of the option it holds."""
-    if callable(expert):
-        return lambda key, state, option: expert(key, env, state)
-    experts = tuple(expert)
-
-    def label(key: jax.Array, state: Any, option: jax.Array) -> jax.Array:
-        acts = [e(key, env, state) if e is not None else None for e in experts]
-        like = next(a for a in acts if a is not None)
-        acts = jnp.stack([jnp.zeros_like(like) if a is None else a for a in acts])
-        return jnp.take_along_axis(acts, option.reshape(1, -1, *([1] * (like.ndim - 1))),
-                                   axis=0)[0]
-
-    return label
-
-
-def scheduled_expert(experts: Sequence[Callable | None], schedule: Sequence[int],
-                     period: int) -> Callable:
-    """The policy an option schedule of experts plays: at step ``state.t`` every agent
-    acts by the expert of ``schedule[min(t // period, len - 1)]`` (what :func:`imitate`
-    labels with, as one env policy; e.g. the reference row of :func:`pretrain`)."""
-    sched = jnp.asarray(schedule, jnp.int32)
-
-    def policy(key: jax.Array, env: SwarmEnv, state: Any) -> jax.Array:
-        o = sched[jnp.minimum(state.t // period, len(schedule) - 1)]
-        return _labeller(env, experts)(key, state, jnp.full((env.num_agents,), o))
-
-    return policy
-
-
 def _episodes(env: SwarmEnv, expert: Expert, actor: FeudalActor, key: jax.Array,
               episodes: int, beta: float, keep_state: bool = False) -> dict[str, jax.Array]:
     """``episodes`` rollouts in which each step the expert acts with probability ``beta``
     (else the executor, deterministic), the options as the actor holds them (its
     ``fixed_option`` or ``option_schedule``): every visited (obs, adj, option) with the
     label of that option's expert, and with ``keep_state`` the env state it came from."""
-    label_of = _labeller(env, expert)
+    label_of = labeller(env, expert)
 
     def one(key: jax.Array) -> dict[str, jax.Array]:
         k_reset, k_run = jax.random.split(key)
@@ -161,6 +115,7 @@ class Imitation(NamedTuple):
     # with ``select_episodes``: each round's (and the final fit's) actor's mean team return
     # on the selection episodes; empty without
     team_returns: tuple[float, ...] = ()
+    resumed: int = 0  # the rounds read from a rounds file, not run by this call
 
 
 #: the stream of the selection episodes' keys (``PretrainConfig.select_episodes``), apart
@@ -206,12 +161,18 @@ def _check_options(actor: FeudalActor, expert: Expert, cfg: PretrainConfig) -> N
 
 
 def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConfig,
-            progress: Callable[[dict[str, float]], None] | None = None) -> Imitation:
+            progress: Callable[[dict[str, float]], None] | None = None,
+            rounds_file: str | Path | None = None,
+            inputs: dict[str, Any] | None = None) -> Imitation:
     """Behaviour cloning then DAgger with a validation split (see the module docstring).
     ``expert``: the policy of ``cfg.option`` (the actor holding it fixed), or, with
     ``cfg.schedule``, one per option (the actor following that schedule).
-    ``progress`` is called with each point of the curve as it is measured and with
-    ``{"round": r, "collected": samples}`` after each data round's collection."""
+    ``progress`` is called with each point of the curve as it is measured, with
+    ``{"round": r, "collected": samples}`` after each data round's collection, and with
+    ``{"round": r, "resumed": steps}`` where it begins at round ``r`` of a rounds file.
+    ``rounds_file``: completed rounds are written there, and read back where it exists
+    (made by the same ``cfg`` and ``inputs``, e.g. the env and actor config; else it is
+    refused): the imitation begins after them (:mod:`feudal_es.pretrain_rounds`)."""
     _check_options(actor, expert, cfg)
     if cfg.loss == "direction" and len(env.action_space.shape) != 1:
         raise ValueError(f"PretrainConfig.loss='direction' fits a speed and heading: it needs "
@@ -227,7 +188,7 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
     # one compiled collection per round: the training episodes, then the validation ones
     collect = eqx.filter_jit(lambda a, k, beta: _episodes(
         env, expert, a, k, cfg.episodes + cfg.val_episodes, beta, cfg.augment))
-    label_of = _labeller(env, expert)
+    label_of = labeller(env, expert)
 
     def augmented(sample, key):  # the sample's state moved by a random symmetry
         k_g, k_label = jax.random.split(key)
@@ -271,12 +232,11 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         mask = jnp.arange(per.shape[0]) < count
         return jnp.sum(jnp.where(mask, per, 0.0)) / count
 
-    def aggregate(buffer, new, r):  # the data sets, filled round by round (fixed shapes)
-        if buffer is None:
-            buffer = jax.tree.map(lambda x: jnp.zeros((cfg.rounds * x.shape[0],
-                                                       *x.shape[1:]), x.dtype), new)
+    def aggregate(buffer, new, row, rows):  # the data sets, filled round by round
+        if buffer is None:  # fixed shapes: ``rows`` rows, the unfilled ones zero
+            buffer = jax.tree.map(lambda x: jnp.zeros((rows, *x.shape[1:]), x.dtype), new)
         return jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(
-            d, x, r * x.shape[0], axis=0), buffer, new)
+            d, x, row, axis=0), buffer, new)
 
     losses: list[float] = []
     curve: list[dict[str, float]] = []
@@ -317,13 +277,42 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
     size, val_size = cfg.episodes * env.max_steps, cfg.val_episodes * env.max_steps
     train = trainer(tx)
     data = val = None
-    for r in range(cfg.rounds):  # one compiled collect, train and validate for every round
+
+    def kept(done):  # what a rounds file holds after ``done`` rounds
+        tree = {"actor": actor, "opt": opt, "key": key}
+        if score is not None:  # (in a template, any actor: its shapes)
+            tree["chosen"] = chosen[0] if chosen else actor
+        if data is not None:
+            return {**tree, "data": jax.tree.map(lambda x: x[:done * size], data),
+                    "val": jax.tree.map(lambda x: x[:done * val_size], val)}
+        new = eqx.filter_eval_shape(collect, actor, key, jnp.float32(1.0))  # the template
+
+        def rows(part, n):
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((done * n, *x.shape[1:]),
+                                                               x.dtype), part)
+        return {**tree, "data": rows(new, size), "val": rows(
+            {k: v for k, v in new.items() if k != "state"}, val_size)}
+
+    start = 0
+    if rounds_file is not None and Path(rounds_file).exists():
+        got = load_rounds(rounds_file, cfg, inputs, kept)
+        start, losses[:], curve[:], team_returns[:], best_loss = (
+            got.done, got.losses, got.curve, got.team_returns, got.val_loss)
+        actor, opt, key = got.tree["actor"], got.tree["opt"], got.tree["key"]
+        data = aggregate(None, got.tree["data"], 0, cfg.rounds * size)
+        val = aggregate(None, got.tree["val"], 0, cfg.rounds * val_size)
+        chosen = (got.tree["chosen"], got.chosen_val_loss) if score else None
+        if progress is not None:
+            progress({"round": start, "resumed": start * cfg.steps_per_round})
+    for r in range(start, cfg.rounds):  # one compiled collect, train and validate a round
         key, k_data, k_train = jax.random.split(key, 3)
         beta = jnp.float32(cfg.beta_decay ** r if r else 1.0)  # traced: no recompile
         new = collect(actor, k_data, beta)
-        data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r)
-        val = aggregate(val, jax.tree.map(lambda x: x[size:], {
-            k: v for k, v in new.items() if k != "state"}), r)  # validation: as gathered
+        data = aggregate(data, jax.tree.map(lambda x: x[:size], new), r * size,
+                         cfg.rounds * size)
+        val = aggregate(val, jax.tree.map(lambda x: x[size:], {  # validation: as gathered
+            k: v for k, v in new.items() if k != "state"}), r * val_size,
+            cfg.rounds * val_size)
         # arrays, not Python ints: a static count would compile train and validate anew
         # every round
         count, val_count = jnp.int32((r + 1) * size), jnp.int32((r + 1) * val_size)
@@ -332,6 +321,11 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         actor, opt, best_loss = fit(actor, opt, train, data, val, count, val_count, r,
                                     k_train, cfg.steps_per_round // cfg.chunk, cfg.patience)
         select(actor, best_loss)
+        if rounds_file is not None:
+            save_rounds(rounds_file, cfg, inputs, Rounds(
+                r + 1, kept(r + 1), losses, curve, team_returns, best_loss,
+                chosen[1] if chosen else None))
+    count, val_count = jnp.int32(cfg.rounds * size), jnp.int32(cfg.rounds * val_size)
     if cfg.final_steps:  # the final fit: round index cfg.rounds in the curve
         final_tx = cfg.final_optimizer()
         if progress is not None:
@@ -342,7 +336,7 @@ def imitate(env: SwarmEnv, actor: FeudalActor, expert: Expert, cfg: PretrainConf
         select(actor, best_loss)
     if chosen is not None:
         actor, best_loss = chosen
-    return Imitation(actor, losses, curve, best_loss, tuple(team_returns))
+    return Imitation(actor, losses, curve, best_loss, tuple(team_returns), start)
 
 
 def save_pretrained(path: str | Path, actor: FeudalActor, metadata: dict[str, Any]) -> Path:
@@ -414,17 +408,23 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
                                         fixed_option=cfg.option)
         holding = f"option {skills[cfg.option]!r}"
     path = out or str(default_run_dir(config.env, f"{name}-pretrained")) + checkpoint.SUFFIX
+    rounds = rounds_path(path)
     check_writable(path)
-    for extra in curve_paths(path):
+    for extra in (*curve_paths(path), rounds):
         check_writable(extra)
     actor = FeudalActor.from_env(jax.random.key(config.seed), core, actor_cfg)
     log(f"feudal-es pretrain: imitating {name} on {config.env}, {holding}: {cfg.rounds} "
         f"rounds (behaviour cloning, then DAgger) of {cfg.episodes} episodes (+ "
         f"{cfg.val_episodes} for validation) and {cfg.steps_per_round} gradient steps"
         + (f", then a final fit of {cfg.final_steps} steps" if cfg.final_steps else ""))
+    log(f"its completed rounds are kept in {rounds} until it ends: "
+        + ("found, resuming after them" if rounds.exists() else
+           f"a stopped run resumes after them with --out {path}"))
     bar = ImitationProgress(cfg, progress)
-    try:
-        result = imitate(core, actor, expert, cfg, bar)
+    try:  # the rounds file's inputs: what decides the imitation beside cfg
+        result = imitate(core, actor, expert, cfg, bar, rounds, {
+            "env": config.env, "env_kwargs": config.env_kwargs, "expert": name,
+            "actor": dataclasses.asdict(actor_cfg), "seed": config.seed})
         bar.finish()
     finally:
         bar.close()
@@ -448,4 +448,5 @@ def pretrain(config: TrainerConfig, cfg: PretrainConfig, out: str | Path | None 
         "steps": len(result.losses), "team_returns": list(result.team_returns),
         "heldout": rows})
     write_curve(saved, result.curve, f"imitating {name} on {config.env}")
+    rounds.unlink(missing_ok=True)  # the actor is saved: its rounds are no longer needed
     return saved, rows, result

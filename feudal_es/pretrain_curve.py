@@ -72,6 +72,10 @@ class ImitationProgress:
     def __call__(self, point: dict[str, float]) -> None:
         if self.bar is None:
             return
+        if "resumed" in point:  # the rounds before were done by an earlier run
+            self.bar.n = self.bar.initial = int(point["resumed"])  # (the ETA counts from it)
+            self.bar.refresh()
+            return
         if "collected" in point:  # a round begins (an early-stopped one's rest is skipped)
             r = int(point["round"])
             self.bar.set_description(f"round {r + 1}/{self.cfg.rounds}" if r < self.cfg.rounds

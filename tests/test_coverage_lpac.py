@@ -66,9 +66,14 @@ def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
     runs."""
     trained: list[int] = []
     stop_at = {"seed": 2}
+    found: list[bool] = []  # whether each imitation found its rounds file
 
-    def fake_imitate(recipe, seed, factor=1):
+    def fake_imitate(recipe, seed, factor=1, rounds_file=None):
         trained.append(seed)
+        assert rounds_file == tmp_path / "rounds" / f"coverage_lpac-seed_{seed}.safetensors"
+        found.append(rounds_file.exists())
+        rounds_file.parent.mkdir(exist_ok=True)
+        rounds_file.write_text("rounds")  # as imitate writes after its first round
         if seed == stop_at["seed"]:
             raise KeyboardInterrupt
         return seed, {"steps": 1, "val_loss": 0.1, "wall_s": 0.0}
@@ -80,16 +85,22 @@ def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
     monkeypatch.setattr(lpac, "coverage_costs", fake_costs)
     monkeypatch.setattr(lpac, "references", lambda kw, episodes, root: {
         "decentralized Lloyd": [0.5, 0.6], "clairvoyant Lloyd": [0.1, 0.12]})
+    monkeypatch.setattr(lpac, "ROUNDS", tmp_path / "rounds")
     study = lambda resume=True: lpac.run_trained(1, 1.0, (0, 1, 2), tmp_path, 2, resume)
     with pytest.raises(KeyboardInterrupt):
         study()
     assert trained == [0, 1, 2]
     assert sorted(p.name for p in (tmp_path / "coverage_lpac-seeds").iterdir()) == [
         "seed_0.json", "seed_1.json"]
+    # a journaled seed's rounds are removed; the stopped seed's wait for the next job
+    assert [p.name for p in (tmp_path / "rounds").iterdir()] == [
+        "coverage_lpac-seed_2.safetensors"]
     trained.clear()
     stop_at["seed"] = None
+    found.clear()
     report = study()
-    assert trained == [2]  # seeds 0 and 1 were not imitated again
+    assert trained == [2] and found == [True]  # seed 2 goes on from its rounds
+    assert not any((tmp_path / "rounds").iterdir())
     assert report["sizes"]["4 robots"]["imitator"]["per_seed"] == pytest.approx(
         [0.304, 0.314, 0.324])
     assert report["sizes"]["16 robots"]["imitator"]["per_seed"] == pytest.approx(
@@ -98,8 +109,10 @@ def test_a_stopped_study_keeps_the_seeds_it_finished(tmp_path, monkeypatch):
         assert run["coverage_costs_x1"] == pytest.approx([cost] * 2)  # journaled ones too
     assert not (tmp_path / "coverage_lpac-seeds").exists()
     trained.clear()
+    found.clear()
+    (tmp_path / "rounds" / "coverage_lpac-seed_1.safetensors").write_text("rounds")
     study(resume=False)
-    assert trained == [0, 1, 2]
+    assert trained == [0, 1, 2] and found == [False] * 3  # an earlier job's are not read
 
 
 def test_a_stopped_sweep_keeps_the_probe_seeds_it_finished(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from agents import FeudalActor, selector_filter
 from envs.coverage import Coverage
 from envs.episode import run_episode, stateless
 from envs.policies import lloyd_clairvoyant
-from feudal_es import cli, pretrain
+from feudal_es import checkpoint, cli, pretrain
 from feudal_es.checkpoint import CheckpointError, read_metadata
 from feudal_es.config import COMPACT_ACTOR, TrainerConfig
 from feudal_es.pretrain import (
@@ -159,7 +159,7 @@ def test_a_round_that_never_validates_better_ends_early_with_its_starting_actor(
     actor = FeudalActor.from_env(jax.random.key(0), env, ACTOR)
     cfg = PretrainConfig(option=COVER, episodes=4, val_episodes=2, rounds=2,
                          steps_per_round=40, evals_per_round=4, patience=2, lr=30.0)
-    bc, losses, curve, val_loss, _ = imitate(env, actor, lloyd_clairvoyant, cfg)
+    bc, losses, curve, val_loss, *_ = imitate(env, actor, lloyd_clairvoyant, cfg)
     assert len(losses) == 2 * 2 * 10 and len(curve) == 4  # two chunks of 10, each round
     for a, b in zip(jax.tree.leaves(eqx.filter(bc, eqx.is_inexact_array)),
                     jax.tree.leaves(eqx.filter(actor, eqx.is_inexact_array)), strict=True):
@@ -250,6 +250,76 @@ def test_select_episodes_returns_the_round_that_plays_best_and_trains_as_without
         PretrainConfig(select_episodes=-1)
 
 
+class Stop(Exception):
+    """Stands for whatever ends a run (Ctrl-C, a killed job) as round 1 begins."""
+
+
+def stop_at_round_1(point):
+    if point.get("round") == 1 and "collected" in point:
+        raise Stop
+
+
+def same_actor(x, y):
+    return all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+        jax.tree.leaves(eqx.filter(x, eqx.is_inexact_array)),
+        jax.tree.leaves(eqx.filter(y, eqx.is_inexact_array)), strict=True))
+
+
+def test_a_stopped_imitation_resumes_after_its_rounds_as_if_never_stopped(two_rounds,
+                                                                          tmp_path):
+    """``rounds_file``: a run stopped as round 1 begins leaves round 0 in the file; the
+    next call begins at round 1 (the progress told so) and ends where the unstopped run
+    ends, bit for bit: the same actor, losses, curve and validation loss. From a complete
+    file nothing is trained again. A file of another config, of other inputs, or not a
+    rounds file at all is refused naming the difference."""
+    env, actor, cfg, plain, _ = two_rounds
+    path, inputs = tmp_path / "bc.rounds.safetensors", {"env": "Coverage", "agents": 3}
+    with pytest.raises(Stop):
+        imitate(env, actor, lloyd_clairvoyant, cfg, stop_at_round_1, path, inputs)
+    assert read_metadata(path)["done"] == 1
+    seen: list = []
+    resumed = imitate(env, actor, lloyd_clairvoyant, cfg, seen.append, path, inputs)
+    assert seen[:2] == [{"round": 1, "resumed": 20}, {"round": 1, "collected": 144}]
+    assert (resumed.losses, resumed.curve, resumed.val_loss) == (
+        plain.losses, plain.curve, plain.val_loss)
+    assert same_actor(resumed.actor, plain.actor) and read_metadata(path)["done"] == 2
+    assert (plain.resumed, resumed.resumed) == (0, 1)
+    with compilations() as compiled:
+        again = imitate(env, actor, lloyd_clairvoyant, cfg, None, path, inputs)
+    assert compiled["jit(train)"] == 0 and again.losses == plain.losses
+    assert same_actor(again.actor, plain.actor)
+    with pytest.raises(CheckpointError, match=r"pretrain.steps_per_round: checkpoint has "
+                                              r"20, expected 40.*remove"):
+        imitate(env, actor, lloyd_clairvoyant, dataclasses.replace(cfg, steps_per_round=40),
+                None, path, inputs)
+    with pytest.raises(CheckpointError, match=r"inputs\.agents: checkpoint has 3, expected 4"):
+        imitate(env, actor, lloyd_clairvoyant, cfg, None, path, {**inputs, "agents": 4})
+    other = save_pretrained(tmp_path / "bc.safetensors", actor, {})
+    with pytest.raises(CheckpointError, match="not an imitation's rounds file"):
+        imitate(env, actor, lloyd_clairvoyant, cfg, None, other, inputs)
+    for done in (0, 3, "1", True):  # a hand-made file's count of rounds
+        forged = checkpoint.save(tmp_path / "forged.safetensors", {"x": np.zeros(2)},
+                                 {"kind": "imitation_rounds", "done": done})
+        with pytest.raises(CheckpointError, match="completed rounds: expected 1 to 2"):
+            imitate(env, actor, lloyd_clairvoyant, cfg, None, forged, inputs)
+
+
+@pytest.mark.heavy
+def test_a_stopped_imitation_resumes_its_choice_and_final_fit(two_rounds, tmp_path):
+    """With ``select_episodes`` and a final fit: the round chosen so far is kept in the
+    file, and the resumed run returns what an unstopped one returns."""
+    env, actor, cfg, *_ = two_rounds
+    cfg = dataclasses.replace(cfg, select_episodes=2, final_steps=20)
+    whole = imitate(env, actor, lloyd_clairvoyant, cfg)
+    path = tmp_path / "bc.rounds.safetensors"
+    with pytest.raises(Stop):
+        imitate(env, actor, lloyd_clairvoyant, cfg, stop_at_round_1, path)
+    resumed = imitate(env, actor, lloyd_clairvoyant, cfg, None, path)
+    assert (resumed.losses, resumed.curve, resumed.val_loss, resumed.team_returns) == (
+        whole.losses, whole.curve, whole.val_loss, whole.team_returns)
+    assert same_actor(resumed.actor, whole.actor)
+
+
 class Unmoved(Coverage):
     """Coverage whose every symmetry leaves a state where it is."""
 
@@ -273,7 +343,7 @@ def test_augment_trains_on_moved_states_and_otherwise_as_without(two_rounds):
     env, actor, cfg, plain, _ = two_rounds
     data = pretrain._episodes(env, lloyd_clairvoyant, actor, jax.random.key(5), 2, 0.5,
                               keep_state=True)
-    label_of = pretrain._labeller(env, lloyd_clairvoyant)
+    label_of = pretrain.labeller(env, lloyd_clairvoyant)
     for i in (0, 7, 13, 23):
         sample = jax.tree.map(lambda x, i=i: x[i], data)
         same = pretrain._moved(env, label_of, sample, 0, jax.random.key(0))
@@ -370,10 +440,53 @@ def test_pretrain_command_reads_a_recipe_and_writes_the_curve_beside_the_actor(
     assert meta["pretrain"]["lr_schedule"] == "cosine" and meta["pretrain"]["option"] == COVER
     assert meta["pretrain"]["final_steps"] == 3 and "final fit of 3 steps" in text
     assert meta["steps"] == 15 and "validation loss" in text and str(csv_path) in text
+    assert f"a stopped run resumes after them with --out {out}" in text
+    assert not (tmp_path / "bc.rounds.safetensors").exists()  # removed once the actor is
 
     recipe.write_text(json.dumps({"epochs": 3}))
     assert cli.main(argv) == 2
     assert "PretrainConfig has no field(s) ['epochs']" in capsys.readouterr().err
+
+
+@pytest.mark.heavy
+def test_pretrain_command_stopped_by_ctrl_c_resumes_to_the_same_actor(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Ctrl-C as round 1 begins (exit 130) leaves the rounds file beside the actor's path;
+    the same command again says it resumes and writes the actor, bit for bit, and the
+    curve an unstopped command writes, then removes the rounds file."""
+    from safetensors.numpy import load_file
+
+    from feudal_es.pretrain_curve import ImitationProgress
+
+    def argv(out):
+        return ["pretrain", "--env", "feudal_es/Coverage-v0", "--expert", "lloyd_clairvoyant",
+                "--option", "cover", "--rounds", "2", "--episodes", "2", "--steps", "6",
+                "--eval-episodes", "2", "--no-progress", "--out", str(out),
+                "--set", "env_kwargs.num_agents=2", "--set", "env_kwargs.max_steps=4",
+                "--set", "env_kwargs.grid_size=8", "--set", "env_kwargs.map_size=4",
+                *[f"--set=actor.{k}={json.dumps(v)}" for k, v in SMALL_ACTOR.items()]]
+
+    class CtrlC(ImitationProgress):
+        def __call__(self, point):
+            if point.get("round") == 1 and "collected" in point:
+                raise KeyboardInterrupt
+            super().__call__(point)
+
+    whole, out = tmp_path / "whole.safetensors", tmp_path / "bc.safetensors"
+    assert cli.main(argv(whole)) == 0, capsys.readouterr().err
+    with monkeypatch.context() as m:
+        m.setattr(pretrain, "ImitationProgress", CtrlC)
+        assert cli.main(argv(out)) == 130
+    assert not out.exists() and read_metadata(tmp_path / "bc.rounds.safetensors")["done"] == 1
+    capsys.readouterr()
+    assert cli.main(argv(out)) == 0, capsys.readouterr().err
+    assert "found, resuming after them" in capsys.readouterr().out
+    stored, fresh = load_file(out), load_file(whole)
+    assert stored.keys() == fresh.keys()
+    for name, array in fresh.items():
+        np.testing.assert_array_equal(stored[name], array, err_msg=name)
+    assert curve_paths(out)[0].read_text() == curve_paths(whole)[0].read_text()
+    assert not (tmp_path / "bc.rounds.safetensors").exists()
 
 
 def test_the_progress_bar_counts_each_chunk_and_ends_full_after_early_stops():
@@ -389,6 +502,12 @@ def test_the_progress_bar_counts_each_chunk_and_ends_full_after_early_stops():
     bar.finish()
     assert bar.bar.n == bar.bar.total == 20
     bar.close()
+    resumed = ImitationProgress(PretrainConfig(rounds=3, steps_per_round=10,
+                                               evals_per_round=2), True)
+    resumed({"round": 2, "resumed": 20})  # rounds 0 and 1 from a rounds file
+    resumed({"round": 2, "collected": 5})
+    assert resumed.bar.n == resumed.bar.initial == 20  # (the ETA: from this run's steps)
+    resumed.close()
     fit = ImitationProgress(PretrainConfig(rounds=1, steps_per_round=10, evals_per_round=2,
                                            final_steps=30), True)
     fit({"round": 1, "collected": 5})  # the final fit (round 0 stopped before any step)
