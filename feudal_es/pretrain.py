@@ -27,7 +27,9 @@ follows an option schedule (``ActorConfig.options="schedule"``: "explore" for th
 selector period, then "cover"), so each option learns on the states the schedule reaches,
 the learner's own after the first round, and a selector can later decide the switches.
 The result is saved as a checkpoint holding the actor, which a run starts from with
-``TrainerConfig.init_from`` (MERL or MAPPO fine-tuning) — ``feudal-es pretrain``.
+``TrainerConfig.init_from`` (MERL or MAPPO fine-tuning) — ``feudal-es pretrain``. With a
+rounds file (:mod:`feudal_es.pretrain_rounds`) a stopped imitation resumes after its last
+completed round.
 """
 
 from __future__ import annotations
