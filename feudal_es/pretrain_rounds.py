@@ -73,7 +73,11 @@ def load_rounds(path: str | Path, cfg: PretrainConfig, inputs: Mapping[str, Any]
     """The rounds at ``path``, made by ``cfg`` and ``inputs`` (else
     :class:`~feudal_es.checkpoint.CheckpointError` naming what differs); ``template(done)``
     gives the tree's structure once the number of completed rounds is read."""
-    meta = checkpoint.read_metadata(path)
+    try:
+        meta = checkpoint.read_metadata(path)
+    except checkpoint.CheckpointError as e:  # damaged: truncated, edited, not safetensors
+        raise checkpoint.CheckpointError(f"{e} (remove {path} to start the imitation "
+                                         "over)") from None
     if meta.get("kind") != KIND:
         raise checkpoint.CheckpointError(
             f"{path} is not an imitation's rounds file (its kind: {meta.get('kind')!r}); "

@@ -297,6 +297,10 @@ def test_a_stopped_imitation_resumes_after_its_rounds_as_if_never_stopped(two_ro
     other = save_pretrained(tmp_path / "bc.safetensors", actor, {})
     with pytest.raises(CheckpointError, match="not an imitation's rounds file"):
         imitate(env, actor, lloyd_clairvoyant, cfg, None, other, inputs)
+    cut = tmp_path / "cut.safetensors"  # a truncated write
+    cut.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match=r"truncated.*remove .*cut\.safetensors"):
+        imitate(env, actor, lloyd_clairvoyant, cfg, None, cut, inputs)
     for done in (0, 3, "1", True):  # a hand-made file's count of rounds
         forged = checkpoint.save(tmp_path / "forged.safetensors", {"x": np.zeros(2)},
                                  {"kind": "imitation_rounds", "done": done})
