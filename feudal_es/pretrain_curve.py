@@ -11,16 +11,22 @@ from feudal_es import checkpoint
 if TYPE_CHECKING:
     from feudal_es.pretrain_config import PretrainConfig
 
-__all__ = ["ImitationProgress", "curve_paths", "write_curve"]
+__all__ = ["ImitationProgress", "beside", "curve_paths", "write_curve"]
 
 
 def curve_paths(path: str | Path) -> tuple[Path, Path]:
     """Where :func:`feudal_es.pretrain.pretrain` writes the validation curve of the actor
     at ``path``: ``NAME.curve.csv`` and ``NAME.curve.png`` beside ``NAME.safetensors``."""
+    return beside(path, "curve.csv"), beside(path, "curve.png")
+
+
+def beside(path: str | Path, ending: str) -> Path:
+    """``NAME.<ending>`` beside the actor file ``NAME.safetensors`` at ``path`` (the
+    imitation's files that go with it: its curve, its rounds)."""
     path = Path(path)
     stem = path.name[:-len(checkpoint.SUFFIX)] if path.name.endswith(checkpoint.SUFFIX) \
         else path.stem
-    return path.with_name(f"{stem}.curve.csv"), path.with_name(f"{stem}.curve.png")
+    return path.with_name(f"{stem}.{ending}")
 
 
 def write_curve(path: str | Path, curve: list[dict[str, float]], title: str

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from feudal_es import checkpoint
+from feudal_es.pretrain_curve import beside
 
 if TYPE_CHECKING:
     from feudal_es.pretrain_config import PretrainConfig
@@ -34,10 +35,7 @@ KIND = "imitation_rounds"
 def rounds_path(path: str | Path) -> Path:
     """Where ``feudal-es pretrain`` keeps the rounds of the actor it writes at ``path``:
     ``NAME.rounds.safetensors`` beside ``NAME.safetensors``."""
-    path = Path(path)
-    stem = path.name[:-len(checkpoint.SUFFIX)] if path.name.endswith(checkpoint.SUFFIX) \
-        else path.stem
-    return path.with_name(f"{stem}.rounds{checkpoint.SUFFIX}")
+    return beside(path, f"rounds{checkpoint.SUFFIX}")
 
 
 class Rounds(NamedTuple):
